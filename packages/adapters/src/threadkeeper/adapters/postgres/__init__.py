@@ -1,0 +1,1 @@
+"""The postgres profile (ADR-0007): adapters arrive with the postgres profile."""

@@ -1,0 +1,1 @@
+"""threadkeeper.app — the composition root: configuration, DI container, agent, HTTP, CLI."""

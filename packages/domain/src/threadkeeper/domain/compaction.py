@@ -1,0 +1,145 @@
+"""Destructive history rules (the blog design): tool-result truncation and compaction.
+
+``truncate_tool_result`` is shared by the non-destructive hook (it changes only what the model
+sees) and by the ``Compactor`` (which persists the change). A changed message gets a new id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from threadkeeper.domain.errors import ContextOverflow, MessageTooLarge
+from threadkeeper.domain.history import HistoryPolicy
+from threadkeeper.domain.tokens import derive_id, message_text
+
+TRUNCATION_MARK = "\n… [truncated {omitted} characters]"
+
+
+def truncate_tool_result(message: ToolMessage, max_chars: int) -> ToolMessage:
+    """The message itself when short enough, else a copy cut to ``max_chars`` with a new id."""
+    text = message_text(message)
+    if len(text) <= max_chars:
+        return message
+    omitted = len(text) - max_chars
+    return message.model_copy(
+        update={
+            "content": text[:max_chars] + TRUNCATION_MARK.format(omitted=omitted),
+            "id": derive_id(message.id, f"t{max_chars}"),
+        }
+    )
+
+
+def truncate_tool_results(
+    messages: Sequence[BaseMessage], max_chars: int
+) -> tuple[list[BaseMessage], int]:
+    """Every oversized tool result truncated; returns the list and how many were cut."""
+    out: list[BaseMessage] = []
+    cut = 0
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            short = truncate_tool_result(message, max_chars)
+            cut += short is not message
+            out.append(short)
+        else:
+            out.append(message)
+    return out, cut
+
+
+def is_empty_ai(message: BaseMessage) -> bool:
+    """An AI message with no text and no tool calls — nothing a model or reader can use."""
+    return (
+        isinstance(message, AIMessage)
+        and not message.tool_calls
+        and not message_text(message).strip()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """The messages to keep in place of the whole persisted history."""
+
+    kept: tuple[BaseMessage, ...]
+    dropped: int
+    """Messages of the history that are not kept (older turns, empty AI messages, orphans)."""
+    truncated: int
+    """Tool results kept in shortened form."""
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.dropped or self.truncated)
+
+
+class Compactor(Protocol):
+    """Decides what a destructive profile keeps of a thread's history."""
+
+    def compact(
+        self,
+        history: Sequence[BaseMessage],
+        *,
+        budget: int,
+        system: str = "",
+        summary: str | None = None,
+    ) -> Compaction: ...
+
+
+@dataclass(slots=True)
+class WindowCompactor:
+    """Keeps what the history policy would show, with tool results truncated.
+
+    Compaction runs only when the history no longer fits ``budget`` (or holds something to
+    clean); it then keeps a window of ``target`` × budget, so a thread is rewritten once every
+    few turns rather than on every turn, and the model always sees at most ``budget``.
+    """
+
+    policy: HistoryPolicy
+    max_tool_chars: int = 2000
+    target: float = 0.75
+
+    def compact(
+        self,
+        history: Sequence[BaseMessage],
+        *,
+        budget: int,
+        system: str = "",
+        summary: str | None = None,
+    ) -> Compaction:
+        cleaned: list[BaseMessage] = []
+        cut_ids: set[str | None] = set()
+        for message in history:
+            if is_empty_ai(message):
+                continue
+            if isinstance(message, ToolMessage):
+                short = truncate_tool_result(message, self.max_tool_chars)
+                if short is not message:
+                    cut_ids.add(short.id)
+                message = short
+            cleaned.append(message)
+        full = self.policy.window(cleaned, budget=budget, system=system, summary=summary)
+        if full.start == _first_human(cleaned) and not full.omitted:
+            # Everything still fits: only clean, and only if there is something to clean.
+            return Compaction(
+                tuple(cleaned), dropped=len(history) - len(cleaned), truncated=len(cut_ids)
+            )
+        try:
+            window = self.policy.window(
+                cleaned, budget=max(1, int(budget * self.target)), system=system, summary=summary
+            )
+        except (MessageTooLarge, ContextOverflow):  # the newest message needs more than target
+            window = full
+        kept = window.messages
+        return Compaction(
+            kept,
+            dropped=len(history) - len(kept),
+            truncated=sum(1 for m in kept if m.id in cut_ids),
+        )
+
+
+def _first_human(messages: Sequence[BaseMessage]) -> int:
+    for index, message in enumerate(messages):
+        if isinstance(message, HumanMessage):
+            return index
+    return len(messages)

@@ -1,0 +1,149 @@
+"""Retention and erasure: the ``Retention`` port, the sweep, and duration parsing."""
+
+from __future__ import annotations
+
+import re
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import msgspec
+
+from threadkeeper.domain.errors import InvalidDuration
+
+
+class ErasureReceipt(msgspec.Struct):
+    """Counts of what a deletion removed (the body of ``DELETE /v1/users/{user_id}``)."""
+
+    threads: int = 0
+    messages: int = 0
+    memory_items: int = 0
+    feedback: int = 0
+
+    def __add__(self, other: ErasureReceipt) -> ErasureReceipt:
+        return ErasureReceipt(
+            self.threads + other.threads,
+            self.messages + other.messages,
+            self.memory_items + other.memory_items,
+            self.feedback + other.feedback,
+        )
+
+
+class SweepReport(msgspec.Struct):
+    cutoff: datetime
+    dry_run: bool
+    batches: int
+    deleted: ErasureReceipt
+    """What was deleted — or, on a dry run, the threads that would be (``threads`` only)."""
+
+
+class Retention(ABC):
+    """Finds idle threads and deletes threads or a user's everything."""
+
+    @abstractmethod
+    async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
+        """Keys of threads whose newest activity is before ``cutoff``, oldest first."""
+
+    @abstractmethod
+    async def delete_threads(self, thread_keys: Sequence[str]) -> ErasureReceipt:
+        """Delete the threads with everything that belongs to them (not the user's memory)."""
+
+    @abstractmethod
+    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
+        """Delete every thread, memory item, feedback and run record of the user."""
+
+
+async def sweep(
+    retention: Retention,
+    *,
+    now: datetime,
+    older_than: timedelta,
+    batch: int = 500,
+    dry_run: bool = False,
+    max_batches: int | None = None,
+) -> SweepReport:
+    """Delete threads idle longer than ``older_than`` in batches of ``batch``."""
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    cutoff = now - older_than
+    if dry_run:
+        # Count without deleting: page by growing the limit (idle_threads has no offset).
+        keys = await retention.idle_threads(cutoff, limit=batch * (max_batches or 10**6))
+        return SweepReport(cutoff, True, 0, ErasureReceipt(threads=len(keys)))
+    total = ErasureReceipt()
+    batches = 0
+    while max_batches is None or batches < max_batches:
+        keys = await retention.idle_threads(cutoff, limit=batch)
+        if not keys:
+            break
+        total = total + await retention.delete_threads(keys)
+        batches += 1
+        if len(keys) < batch:
+            break
+    return SweepReport(cutoff, False, batches, total)
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90d``, ``12h``, ``30m``, ``45s``, ``2w`` → a positive ``timedelta``."""
+    match = _DURATION.match(text)
+    if not match or int(match.group(1)) == 0:
+        raise InvalidDuration(f"not a positive duration like 90d, 12h or 30m: {text!r}")
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+@dataclass(slots=True)
+class _ThreadRecord:
+    tenant_id: str
+    user_id: str
+    last_activity: datetime
+    messages: int
+    feedback: int = 0
+
+
+class InMemoryRetention(Retention):
+    """Thread activity, memory and feedback counts in dicts: the unit-test fake."""
+
+    def __init__(self) -> None:
+        self._threads: dict[str, _ThreadRecord] = {}
+        self._memory: dict[tuple[str, str], int] = {}
+        self._mutex = threading.Lock()
+
+    def record_thread(
+        self, key: str, tenant_id: str, user_id: str, at: datetime, messages: int, feedback: int = 0
+    ) -> None:
+        self._threads[key] = _ThreadRecord(tenant_id, user_id, at, messages, feedback)
+
+    def record_memory(self, tenant_id: str, user_id: str, items: int) -> None:
+        self._memory[(tenant_id, user_id)] = items
+
+    def thread_keys(self) -> set[str]:
+        return set(self._threads)
+
+    async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
+        idle = sorted(
+            (r.last_activity, k) for k, r in self._threads.items() if r.last_activity < cutoff
+        )
+        return [k for _, k in idle[:limit]]
+
+    async def delete_threads(self, thread_keys: Sequence[str]) -> ErasureReceipt:
+        receipt = ErasureReceipt()
+        with self._mutex:
+            for key in thread_keys:
+                record = self._threads.pop(key, None)
+                if record is not None:
+                    receipt = receipt + ErasureReceipt(1, record.messages, 0, record.feedback)
+        return receipt
+
+    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
+        keys = [
+            k for k, r in self._threads.items() if (r.tenant_id, r.user_id) == (tenant_id, user_id)
+        ]
+        receipt = await self.delete_threads(keys)
+        items = self._memory.pop((tenant_id, user_id), 0)
+        return receipt + ErasureReceipt(memory_items=items)

@@ -1,0 +1,129 @@
+"""The rolling summary (ADR-0007): what dropped older turns said, folded into one text.
+
+Once a thread has more than ``after_turns`` turns, every message that falls out of the model's
+window is folded into the summary, which is sent ahead of the window. The summary is lossy by
+construction; the persisted history is not touched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from threadkeeper.domain.tokens import TokenCounter, message_text
+
+SUMMARY_HEADING = "Summary of the earlier conversation:"
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A rolling summary as kept in thread state (a plain mapping there)."""
+
+    text: str
+    version: int
+    through_id: str | None
+    """Id of the newest message the summary covers."""
+
+    def to_state(self) -> dict[str, Any]:
+        return {"text": self.text, "version": self.version, "through_id": self.through_id}
+
+    @classmethod
+    def from_state(cls, value: Mapping[str, Any] | None) -> Summary | None:
+        if not value:
+            return None
+        return cls(str(value["text"]), int(value["version"]), value.get("through_id"))
+
+
+class Summarizer(Protocol):
+    """Folds messages into a previous summary, within ``max_tokens``."""
+
+    async def summarize(
+        self, previous: str | None, messages: Sequence[BaseMessage], *, max_tokens: int
+    ) -> str: ...
+
+
+def count_turns(history: Sequence[BaseMessage]) -> int:
+    return sum(1 for m in history if isinstance(m, HumanMessage))
+
+
+def messages_to_fold(
+    history: Sequence[BaseMessage],
+    window_start: int,
+    summary: Summary | None,
+    *,
+    after_turns: int,
+) -> list[BaseMessage]:
+    """The messages before the window that the summary does not cover yet.
+
+    Empty until the thread has more than ``after_turns`` turns.
+    """
+    if count_turns(history) <= after_turns:
+        return []
+    begin = 0
+    if summary is not None and summary.through_id is not None:
+        for index in range(min(window_start, len(history)) - 1, -1, -1):
+            if history[index].id == summary.through_id:
+                begin = index + 1
+                break
+    return [m for m in history[begin:window_start] if isinstance(m, HumanMessage | AIMessage)]
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?؟。！？])\s*")
+
+
+def first_sentence(text: str, limit: int) -> str:
+    """The first sentence of ``text`` (any of fa/zh/en punctuation), at most ``limit`` chars."""
+    text = " ".join(text.split())
+    head = _SENTENCE_END.split(text, maxsplit=1)[0] if text else ""
+    return head if len(head) <= limit else head[: limit - 1].rstrip() + "…"
+
+
+@dataclass(slots=True)
+class ExtractiveSummarizer:
+    """Offline and deterministic: the first sentence of each folded human and AI message.
+
+    When the result would exceed ``max_tokens``, the oldest lines after the first
+    ``head_lines`` go first: the summary keeps how the conversation began (what ADR-0007's
+    summary is for) and the most recent dropped context.
+    """
+
+    counter: TokenCounter
+    sentence_chars: int = 160
+    head_lines: int = 2
+
+    async def summarize(
+        self, previous: str | None, messages: Sequence[BaseMessage], *, max_tokens: int
+    ) -> str:
+        return self.fold(previous, messages, max_tokens=max_tokens)
+
+    def _tokens(self, lines: list[str]) -> int:
+        return self.counter.count_system("\n".join([SUMMARY_HEADING, *lines]))
+
+    def fold(
+        self, previous: str | None, messages: Sequence[BaseMessage], *, max_tokens: int
+    ) -> str:
+        lines = previous.splitlines()[1:] if previous else []
+        for message in messages:
+            text = message_text(message)
+            if not text.strip() or (isinstance(message, AIMessage) and message.tool_calls):
+                continue
+            who = "User" if isinstance(message, HumanMessage) else "Assistant"
+            lines.append(f"- {who}: {first_sentence(text, self.sentence_chars)}")
+        # Over the limit, lines go oldest first — but the first ``head_lines`` (how the
+        # conversation began) stay as long as anything can. Settle on the exact count last.
+        costs = [self.counter.count_text(line) + 1 for line in lines]
+        total = self.counter.count_system(SUMMARY_HEADING) + sum(costs)
+        head = min(self.head_lines, len(lines))
+        drop = head
+        while drop < len(lines) and total > max_tokens:
+            total -= costs[drop]
+            drop += 1
+        lines = lines[:head] + lines[drop:]
+        while lines and self._tokens(lines) > max_tokens:
+            lines.pop(head if len(lines) > head else 0)
+            head = min(head, len(lines))
+        return "\n".join([SUMMARY_HEADING, *lines]) if lines else ""

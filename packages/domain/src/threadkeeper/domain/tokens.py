@@ -1,0 +1,185 @@
+"""Token accounting: the ``TokenCounter`` port and the exact tiktoken counters.
+
+A message costs its framing, the tokens of its text, and for an AI message the tokens of each
+tool call's name and JSON arguments. Counts are cached by message id: whatever changes a
+message's content (truncation, compaction) must give it a new id (see ``derive_id``).
+
+The vocabularies come from the ``bpe-openai`` wheel, checked against tiktoken's own sha256, and
+are never downloaded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.resources
+import json
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+#: Tokens every message costs beyond its text (role and separators in the chat format).
+MESSAGE_FRAMING = 3
+#: Tokens every tool call costs beyond its name and arguments.
+TOOL_CALL_FRAMING = 3
+#: Tokens the model is primed with before its reply.
+REPLY_PRIMING = 3
+
+_CACHE_LIMIT = 200_000
+
+
+def message_text(message: BaseMessage) -> str:
+    """The text a model reads from a message: string content, or the text of content blocks.
+
+    Non-text blocks are counted by their JSON form, so that they are never free.
+    """
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif block.get("type") == "text" and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        else:
+            parts.append(json.dumps(block, ensure_ascii=False, sort_keys=True, default=str))
+    return "".join(parts)
+
+
+def tool_call_text(name: str, args: Mapping[str, Any]) -> str:
+    """The serialized form of one tool call's arguments, as counted."""
+    return name + json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
+
+
+class TokenCounter(ABC):
+    """Counts what a message costs the model, cached by message id."""
+
+    #: The name configuration uses for this counter (``THREADKEEPER_TOKENIZER``).
+    name: str
+
+    def __init__(self) -> None:
+        self._cache: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @abstractmethod
+    def count_text(self, text: str) -> int:
+        """Tokens of a plain string."""
+
+    def count(self, message: BaseMessage) -> int:
+        """Tokens of one message: framing, text and tool calls. Cached by ``message.id``."""
+        key = message.id
+        if key is not None:
+            cached = self._cache.get(key)
+            if cached is not None:
+                return cached
+        tokens = MESSAGE_FRAMING + self.count_text(message_text(message))
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                tokens += TOOL_CALL_FRAMING + self.count_text(
+                    tool_call_text(call["name"], call["args"])
+                )
+        if key is not None:
+            with self._lock:
+                if len(self._cache) >= _CACHE_LIMIT:
+                    self._cache.clear()
+                self._cache[key] = tokens
+        return tokens
+
+    def count_system(self, text: str) -> int:
+        """Tokens of a system prompt or summary sent as one system message."""
+        return MESSAGE_FRAMING + self.count_text(text) if text else 0
+
+
+class VocabularyError(RuntimeError):
+    """A packaged vocabulary is missing or does not match tiktoken's published hash."""
+
+
+def _packaged_ranks(encoding: str, expected_sha256: str) -> dict[bytes, int]:
+    resource = importlib.resources.files("bpe_openai") / "data" / f"{encoding}.tiktoken.gz"
+    try:
+        raw = gzip.decompress(resource.read_bytes())
+    except FileNotFoundError as exc:  # pragma: no cover - depends on the installed wheel
+        raise VocabularyError(f"bpe-openai does not ship {encoding}") from exc
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != expected_sha256:
+        raise VocabularyError(
+            f"{encoding} vocabulary sha256 {digest} != tiktoken's {expected_sha256}"
+        )
+    import base64
+
+    ranks: dict[bytes, int] = {}
+    for line in raw.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+_ENCODINGS: dict[str, Any] = {}
+_ENCODINGS_LOCK = threading.Lock()
+
+
+def load_encoding(name: str) -> Any:
+    """A ``tiktoken.Encoding`` for ``o200k_base`` or ``cl100k_base``, built offline.
+
+    tiktoken's own constructor arguments (pattern, special tokens, expected hash) are reused;
+    only the vocabulary loader is replaced by one that reads the packaged file.
+    """
+    with _ENCODINGS_LOCK:
+        if name in _ENCODINGS:
+            return _ENCODINGS[name]
+        import tiktoken
+        import tiktoken_ext.openai_public as public
+
+        constructors: dict[str, Callable[[], dict[str, Any]]] = {
+            "o200k_base": public.o200k_base,
+            "cl100k_base": public.cl100k_base,
+        }
+        if name not in constructors:
+            raise VocabularyError(f"no packaged vocabulary for {name!r}")
+        original = public.load_tiktoken_bpe
+
+        def offline(_url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+            if expected_hash is None:  # pragma: no cover - tiktoken always passes one
+                raise VocabularyError(f"{name}: tiktoken gave no expected hash")
+            return _packaged_ranks(name, expected_hash)
+
+        public.load_tiktoken_bpe = offline
+        try:
+            spec = constructors[name]()
+        finally:
+            public.load_tiktoken_bpe = original
+        encoding = tiktoken.Encoding(**spec)
+        _ENCODINGS[name] = encoding
+        return encoding
+
+
+class TiktokenCounter(TokenCounter):
+    """Exact counts for an OpenAI encoding (default ``o200k_base``)."""
+
+    def __init__(self, encoding: str = "o200k_base") -> None:
+        super().__init__()
+        self.name = encoding
+        self._encode = load_encoding(encoding).encode_ordinary
+
+    def count_text(self, text: str) -> int:
+        return len(self._encode(text)) if text else 0
+
+
+class CharacterCounter(TokenCounter):
+    """One token per character: a predictable counter for tests and worked examples."""
+
+    name = "characters"
+
+    def count_text(self, text: str) -> int:
+        return len(text)
+
+
+def derive_id(message_id: str | None, tag: str) -> str:
+    """A new, deterministic id for a message whose content a rule changed."""
+    base = message_id or "anon"
+    return f"{base}~{tag}"

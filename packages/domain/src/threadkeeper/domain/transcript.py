@@ -1,0 +1,169 @@
+"""The transcript: what ``GET /messages`` serves, and the ``TranscriptArchive`` port.
+
+Where a profile's transcript is the checkpoint state itself, the same paging rule
+(``page_messages``) runs over the messages read from state.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+from threadkeeper.domain.errors import UnknownMessage, UnknownThread
+
+MAX_PAGE = 100
+
+
+class Citation(msgspec.Struct, frozen=True):
+    chunk_id: str
+    doc_id: str
+    title: str
+
+
+class TranscriptMessage(msgspec.Struct, frozen=True):
+    """One bubble of the conversation: a human message or a final, non-empty AI answer."""
+
+    id: str
+    role: Literal["human", "ai"]
+    content: str
+    created_at: datetime
+    citations: tuple[Citation, ...] = ()
+
+
+class Round(msgspec.Struct, frozen=True):
+    """A completed run: the human message and the answer, archived together or not at all."""
+
+    run_id: str
+    thread_key: str
+    tenant_id: str
+    user_id: str
+    thread_id: str
+    human: TranscriptMessage
+    ai: TranscriptMessage
+    summary: str | None = None
+    """The thread's rolling summary after this round, if any (used by cold start)."""
+
+
+class TranscriptPage(msgspec.Struct, frozen=True):
+    messages: list[TranscriptMessage]
+    next_before: str | None
+
+
+def page_messages(
+    messages: Sequence[TranscriptMessage], *, limit: int, before: str | None = None
+) -> TranscriptPage:
+    """The ``limit`` messages older than ``before`` (newest page when ``None``), oldest first.
+
+    ``next_before`` is the cursor for the next older page, ``None`` when there is none.
+
+    Raises:
+        ValueError: ``limit`` outside 1..100.
+        UnknownMessage: ``before`` is not a message of this transcript.
+    """
+    if not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be within 1..{MAX_PAGE}")
+    end = len(messages)
+    if before is not None:
+        for index in range(len(messages) - 1, -1, -1):
+            if messages[index].id == before:
+                end = index
+                break
+        else:
+            raise UnknownMessage(before)
+    start = max(0, end - limit)
+    page = list(messages[start:end])
+    return TranscriptPage(page, next_before=page[0].id if start > 0 and page else None)
+
+
+class TranscriptArchive(ABC):
+    """The permanent record of completed rounds (the blog design's MySQL archive)."""
+
+    @abstractmethod
+    async def append_round(self, round_: Round) -> bool:
+        """Store both messages of a round atomically. ``False`` if ``run_id`` is already stored
+        (idempotent: a retry never duplicates a round)."""
+
+    @abstractmethod
+    async def page(
+        self, thread_key: str, *, limit: int, before: str | None = None
+    ) -> TranscriptPage:
+        """A page of the transcript, as ``page_messages`` defines it.
+
+        Raises:
+            UnknownThread: nothing is archived for ``thread_key``.
+            UnknownMessage: ``before`` is not in the thread.
+        """
+
+    @abstractmethod
+    async def recent(self, thread_key: str, limit: int) -> list[TranscriptMessage]:
+        """The newest ``limit`` messages, oldest first (cold-start seed); empty if unknown."""
+
+    @abstractmethod
+    async def latest_summary(self, thread_key: str) -> str | None:
+        """The rolling summary stored with the thread's newest round that has one."""
+
+    @abstractmethod
+    async def delete_thread(self, thread_key: str) -> int:
+        """Delete the thread's rounds; the number of messages deleted (0 when already gone)."""
+
+    @abstractmethod
+    async def erase_user(self, tenant_id: str, user_id: str) -> tuple[int, int]:
+        """Delete every round of the user in the tenant: (threads, messages) deleted."""
+
+
+class InMemoryTranscriptArchive(TranscriptArchive):
+    """A dict of rounds: the unit-test fake and the reference for the conformance suite."""
+
+    def __init__(self) -> None:
+        self._rounds: dict[str, list[Round]] = {}
+        self._run_ids: set[str] = set()
+        self._mutex = threading.Lock()
+
+    async def append_round(self, round_: Round) -> bool:
+        with self._mutex:
+            if round_.run_id in self._run_ids:
+                return False
+            self._run_ids.add(round_.run_id)
+            self._rounds.setdefault(round_.thread_key, []).append(round_)
+            return True
+
+    def _messages(self, thread_key: str) -> list[TranscriptMessage]:
+        return [m for r in self._rounds.get(thread_key, []) for m in (r.human, r.ai)]
+
+    async def page(
+        self, thread_key: str, *, limit: int, before: str | None = None
+    ) -> TranscriptPage:
+        if thread_key not in self._rounds:
+            raise UnknownThread(thread_key)
+        return page_messages(self._messages(thread_key), limit=limit, before=before)
+
+    async def recent(self, thread_key: str, limit: int) -> list[TranscriptMessage]:
+        return self._messages(thread_key)[-limit:] if limit > 0 else []
+
+    async def latest_summary(self, thread_key: str) -> str | None:
+        for round_ in reversed(self._rounds.get(thread_key, [])):
+            if round_.summary:
+                return round_.summary
+        return None
+
+    async def delete_thread(self, thread_key: str) -> int:
+        with self._mutex:
+            rounds = self._rounds.pop(thread_key, [])
+            self._run_ids.difference_update(r.run_id for r in rounds)
+            return 2 * len(rounds)
+
+    async def erase_user(self, tenant_id: str, user_id: str) -> tuple[int, int]:
+        keys = [
+            key
+            for key, rounds in self._rounds.items()
+            if rounds and rounds[0].tenant_id == tenant_id and rounds[0].user_id == user_id
+        ]
+        messages = 0
+        for key in keys:
+            messages += await self.delete_thread(key)
+        return len(keys), messages

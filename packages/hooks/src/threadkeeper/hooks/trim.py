@@ -1,0 +1,68 @@
+"""``trim``: the model sees the newest turns under the budget; persisted state is untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.messages import AnyMessage
+
+from threadkeeper.domain.summary import Summary
+from threadkeeper.hooks.settings import (
+    HookSettings,
+    ThreadState,
+    state_summary,
+    system_text,
+    with_summary,
+)
+
+
+class TrimMiddleware(AgentMiddleware[ThreadState]):
+    """ADR-0007's pre-model trimming through ``TurnWindowPolicy``, with the rolling summary.
+
+    Raises ``MessageTooLarge`` when the newest human message alone is over budget.
+    """
+
+    state_schema = ThreadState
+
+    def __init__(self, settings: HookSettings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    @classmethod
+    def from_settings(cls, settings: HookSettings) -> TrimMiddleware:
+        return cls(settings)
+
+    @property
+    def name(self) -> str:
+        return "trim"
+
+    def _apply(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        summary = Summary.from_state(state_summary(request.state))
+        window = self.settings.policy.window(
+            request.messages,
+            budget=self.settings.budget,
+            system=system_text(request.system_message),
+            summary=summary.text if summary else None,
+        )
+        if self.settings.observer is not None:
+            self.settings.observer(window)
+        return request.override(
+            messages=cast("list[AnyMessage]", list(window.messages)),
+            system_message=with_summary(request.system_message, window.summary),
+        )
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return handler(self._apply(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return await handler(self._apply(request))

@@ -1,0 +1,98 @@
+"""``Retention`` conformance: idle threads found by their newest activity, deleted in batches
+with counts; a user's erasure removes all of theirs and nothing of anyone else's."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from threadkeeper.domain.retention import ErasureReceipt, Retention, sweep
+from threadkeeper.domain.threads import ThreadRef
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+class RetentionHarness(Protocol):
+    """What a suite needs besides the port: a way to create data the port then deletes."""
+
+    retention: Retention
+
+    async def seed_thread(
+        self, ref: ThreadRef, *, last_activity: datetime, messages: int, feedback: int = 0
+    ) -> None:
+        """A thread whose newest activity is ``last_activity`` with ``messages`` transcript
+        messages (human + AI) and ``feedback`` feedback records."""
+
+    async def seed_memory(self, tenant_id: str, user_id: str, items: int) -> None: ...
+
+    async def thread_exists(self, key: str) -> bool: ...
+
+
+def ref(tenant: str = "acme", user: str | None = None) -> ThreadRef:
+    return ThreadRef(tenant, user or f"u{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}")
+
+
+class RetentionConformance:
+    """Subclass and provide ``harness`` (a fixture returning a ``RetentionHarness``) on an
+    otherwise empty store."""
+
+    async def test_idle_threads_oldest_first_and_limited(self, harness: RetentionHarness) -> None:
+        old = [ref() for _ in range(3)]
+        fresh = ref()
+        for age, thread in zip((200, 120, 95), old, strict=True):
+            await harness.seed_thread(thread, last_activity=NOW - timedelta(days=age), messages=2)
+        await harness.seed_thread(fresh, last_activity=NOW - timedelta(days=5), messages=2)
+        cutoff = NOW - timedelta(days=90)
+        assert await harness.retention.idle_threads(cutoff, limit=10) == [t.key for t in old]
+        assert await harness.retention.idle_threads(cutoff, limit=2) == [t.key for t in old[:2]]
+
+    async def test_delete_threads_counts_what_it_removed(self, harness: RetentionHarness) -> None:
+        doomed, kept = ref(), ref()
+        await harness.seed_thread(doomed, last_activity=NOW, messages=6, feedback=2)
+        await harness.seed_thread(kept, last_activity=NOW, messages=4)
+        receipt = await harness.retention.delete_threads([doomed.key, "acme:nobody:none"])
+        assert receipt == ErasureReceipt(threads=1, messages=6, memory_items=0, feedback=2)
+        assert not await harness.thread_exists(doomed.key)
+        assert await harness.thread_exists(kept.key)
+        again = await harness.retention.delete_threads([doomed.key])
+        assert again == ErasureReceipt()
+
+    async def test_erase_user_removes_everything_of_theirs_only(
+        self, harness: RetentionHarness
+    ) -> None:
+        user = f"u{uuid.uuid4().hex[:8]}"
+        mine = [ref("acme", user), ref("acme", user)]
+        elsewhere = ref("globex", user)
+        neighbour = ref("acme")
+        for thread in [*mine, elsewhere, neighbour]:
+            await harness.seed_thread(thread, last_activity=NOW, messages=4, feedback=1)
+        await harness.seed_memory("acme", user, 3)
+        await harness.seed_memory("globex", user, 2)
+        receipt = await harness.retention.erase_user("acme", user)
+        assert receipt == ErasureReceipt(threads=2, messages=8, memory_items=3, feedback=2)
+        for thread in mine:
+            assert not await harness.thread_exists(thread.key)
+        assert await harness.thread_exists(elsewhere.key)
+        assert await harness.thread_exists(neighbour.key)
+        assert await harness.retention.erase_user("acme", user) == ErasureReceipt()
+        assert (await harness.retention.erase_user("globex", user)).memory_items == 2
+
+    async def test_sweep_deletes_idle_threads_in_batches(self, harness: RetentionHarness) -> None:
+        idle = [ref() for _ in range(5)]
+        active = ref()
+        for age, thread in enumerate(idle):
+            await harness.seed_thread(
+                thread, last_activity=NOW - timedelta(days=100 + age), messages=2
+            )
+        await harness.seed_thread(active, last_activity=NOW - timedelta(hours=1), messages=2)
+
+        dry = await sweep(harness.retention, now=NOW, older_than=timedelta(days=90), dry_run=True)
+        assert dry.deleted.threads == 5
+        assert all([await harness.thread_exists(t.key) for t in idle])
+
+        report = await sweep(harness.retention, now=NOW, older_than=timedelta(days=90), batch=2)
+        assert report.deleted == ErasureReceipt(threads=5, messages=10)
+        assert report.batches == 3
+        assert not any([await harness.thread_exists(t.key) for t in idle])
+        assert await harness.thread_exists(active.key)

@@ -1,0 +1,52 @@
+"""The in-memory implementations pass the port conformance suites first."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from tests.conformance.retention import RetentionConformance
+from tests.conformance.run_lock import LockFactory, RunLockConformance
+from tests.conformance.transcript_archive import TranscriptArchiveConformance
+from threadkeeper.domain.locks import InMemoryRunLock
+from threadkeeper.domain.retention import InMemoryRetention
+from threadkeeper.domain.threads import ThreadRef
+from threadkeeper.domain.transcript import InMemoryTranscriptArchive, TranscriptArchive
+
+
+class TestInMemoryRunLock(RunLockConformance):
+    @pytest.fixture
+    def lock_factory(self) -> LockFactory:
+        shared = InMemoryRunLock()  # one process: every "client" is the same table
+        return lambda: shared
+
+
+class TestInMemoryTranscriptArchive(TranscriptArchiveConformance):
+    @pytest.fixture
+    def archive(self) -> TranscriptArchive:
+        return InMemoryTranscriptArchive()
+
+
+class InMemoryRetentionHarness:
+    def __init__(self) -> None:
+        self.retention = InMemoryRetention()
+
+    async def seed_thread(
+        self, ref: ThreadRef, *, last_activity: datetime, messages: int, feedback: int = 0
+    ) -> None:
+        self.retention.record_thread(
+            ref.key, ref.tenant_id, ref.user_id, last_activity, messages, feedback
+        )
+
+    async def seed_memory(self, tenant_id: str, user_id: str, items: int) -> None:
+        self.retention.record_memory(tenant_id, user_id, items)
+
+    async def thread_exists(self, key: str) -> bool:
+        return key in self.retention.thread_keys()
+
+
+class TestInMemoryRetention(RetentionConformance):
+    @pytest.fixture
+    def harness(self) -> InMemoryRetentionHarness:
+        return InMemoryRetentionHarness()
