@@ -184,13 +184,16 @@ async def test_compact_rewrites_state_to_the_kept_window() -> None:
         checkpointer=InMemorySaver(),
     )
     state = await agent.ainvoke({"messages": [human("Is dental covered?")]}, config())
+    # The second model call of the run compacted the fresh tool result in state.
     tool_result = state["messages"][2]
     assert isinstance(tool_result, ToolMessage)
-    # the result arrived after the last model call's compaction; the next call compacts it
+    assert len(tool_result.content) < 200
+    assert tool_result.content.startswith(LONG_DOC[:150])
+    assert tool_result.id is not None
+    assert tool_result.id.endswith("~t150"), "a changed message gets a new id"
     state = await agent.ainvoke({"messages": [human("Thanks!")]}, config())
     stored = [m for m in state["messages"] if isinstance(m, ToolMessage)]
-    assert all(len(m.content) < 200 for m in stored)
-    assert all(m.id != tool_result.id for m in stored)
+    assert [m.id for m in stored] == [tool_result.id], "cutting again changes nothing"
     for turn in range(12):
         state = await agent.ainvoke({"messages": [human(f"question {turn} " * 4)]}, config())
     persisted = state["messages"]

@@ -6,7 +6,8 @@ sees) and by the ``Compactor`` (which persists the change). A changed message ge
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,6 +18,7 @@ from threadkeeper.domain.history import HistoryPolicy
 from threadkeeper.domain.tokens import derive_id, message_text
 
 TRUNCATION_MARK = "\n… [truncated {omitted} characters]"
+_MARKED = re.compile(r"\n… \[truncated \d+ characters\]\Z")
 
 
 def truncate_tool_result(message: ToolMessage, max_chars: int) -> ToolMessage:
@@ -24,6 +26,9 @@ def truncate_tool_result(message: ToolMessage, max_chars: int) -> ToolMessage:
     text = message_text(message)
     if len(text) <= max_chars:
         return message
+    marked = _MARKED.search(text)
+    if marked is not None and marked.start() <= max_chars:
+        return message  # already cut to this limit (or a smaller one): cutting is idempotent
     omitted = len(text) - max_chars
     return message.model_copy(
         update={
@@ -31,6 +36,21 @@ def truncate_tool_result(message: ToolMessage, max_chars: int) -> ToolMessage:
             "id": derive_id(message.id, f"t{max_chars}"),
         }
     )
+
+
+def shown_message(message_id: str, by_id: Mapping[str, BaseMessage]) -> BaseMessage | None:
+    """The message a window showed under ``message_id``: a stored message, or a stored tool
+    result cut by ``truncate_tool_result`` (whose id is the stored id + ``~t<max_chars>``)."""
+    found = by_id.get(message_id)
+    if found is not None:
+        return found
+    base, _, tag = message_id.rpartition("~t")
+    if not base or not tag.isdigit():
+        return None
+    original = shown_message(base, by_id)
+    if not isinstance(original, ToolMessage):
+        return None
+    return truncate_tool_result(original, int(tag))
 
 
 def truncate_tool_results(
@@ -120,9 +140,13 @@ class WindowCompactor:
             cleaned.append(message)
         full = self.policy.window(cleaned, budget=budget, system=system, summary=summary)
         if full.start == _first_human(cleaned) and not full.omitted:
-            # Everything still fits: only clean, and only if there is something to clean.
+            # Everything from the first human message fits: only clean (what precedes the
+            # first human message can never be shown, so it goes too).
+            kept = full.messages
             return Compaction(
-                tuple(cleaned), dropped=len(history) - len(cleaned), truncated=len(cut_ids)
+                kept,
+                dropped=len(history) - len(kept),
+                truncated=sum(1 for m in kept if m.id in cut_ids),
             )
         try:
             window = self.policy.window(

@@ -121,7 +121,8 @@ class TurnWindowPolicy:
       refused with ``MessageTooLarge`` rather than cut.
     - The newest turn's steps are kept newest first while they fit; older turns are kept whole,
       newest first, and the first one that does not fit ends the window (no gaps).
-    - The summary is dropped before the newest human message would be.
+    - The summary is dropped before any part of the newest turn would be, and older turns
+      are dropped before the summary.
     """
 
     counter: TokenCounter
@@ -138,6 +139,8 @@ class TurnWindowPolicy:
         fixed = REPLY_PRIMING + self.counter.count_system(system)
         newest = _last_human_index(history)
         if newest is None:
+            if fixed > budget:
+                raise ContextOverflow(fixed, budget)
             return Window(
                 (),
                 summary=None,
@@ -153,6 +156,20 @@ class TurnWindowPolicy:
         if fixed + human_tokens > budget:
             raise ContextOverflow(fixed + human_tokens, budget)
         used = fixed + human_tokens
+
+        # The newest turn comes before the summary: mid-run, the tool result the model just
+        # asked for matters more than what older turns said.
+        steps, omitted = steps_of(history[newest + 1 :])
+        tail: list[BaseMessage] = []
+        whole = True
+        for index in range(len(steps) - 1, -1, -1):
+            cost = sum(count(m) for m in steps[index])
+            if used + cost > budget:
+                omitted += sum(len(step) for step in steps[: index + 1])
+                whole = False
+                break
+            used += cost
+            tail[:0] = steps[index]
         if summary:
             summary_tokens = self.counter.count_system(summary)
             if used + summary_tokens <= budget:
@@ -161,25 +178,17 @@ class TurnWindowPolicy:
                 summary = None
         else:
             summary = None
-
-        steps, omitted = steps_of(history[newest + 1 :])
-        tail: list[BaseMessage] = []
-        for index in range(len(steps) - 1, -1, -1):
-            cost = sum(count(m) for m in steps[index])
-            if used + cost > budget:
-                # The newest turn alone overflows: its older steps go, and so do older turns.
-                omitted += sum(len(step) for step in steps[: index + 1])
-                return Window(
-                    (human, *tail),
-                    summary=summary,
-                    tokens=used,
-                    budget=budget,
-                    start=newest,
-                    omitted=omitted,
-                    counter=self.counter.name,
-                )
-            used += cost
-            tail[:0] = steps[index]
+        if not whole:
+            # The newest turn alone overflows: its older steps go, and so do older turns.
+            return Window(
+                (human, *tail),
+                summary=summary,
+                tokens=used,
+                budget=budget,
+                start=newest,
+                omitted=omitted,
+                counter=self.counter.name,
+            )
 
         # The whole newest turn fits; take older turns whole, newest first, while they fit.
         turns: list[BaseMessage] = []

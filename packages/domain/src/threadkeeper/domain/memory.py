@@ -86,7 +86,8 @@ class MemoryRules:
             return Refusal.TOO_LONG.value
         if not item.source.thread_id or not item.source.message_id:
             return Refusal.NO_PROVENANCE.value
-        hits = find_personal_data(f"{item.key} {value}")
+        # key and value apart: joined, a digit at the key's end would hide a number's start
+        hits = find_personal_data(value) or find_personal_data(item.key)
         if hits:
             return f"{Refusal.PERSONAL_DATA.value}:{hits[0].kind.value}"
         return None

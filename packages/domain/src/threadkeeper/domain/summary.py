@@ -65,7 +65,7 @@ def messages_to_fold(
         return []
     begin = 0
     if summary is not None and summary.through_id is not None:
-        for index in range(min(window_start, len(history)) - 1, -1, -1):
+        for index in range(len(history) - 1, -1, -1):
             if history[index].id == summary.through_id:
                 begin = index + 1
                 break
@@ -103,6 +103,21 @@ class ExtractiveSummarizer:
     def _tokens(self, lines: list[str]) -> int:
         return self.counter.count_system("\n".join([SUMMARY_HEADING, *lines]))
 
+    def _select(self, lines: list[str], max_tokens: int) -> list[str]:
+        """Over the limit: the first ``head_lines`` (how the conversation began) while they
+        fit, then the newest lines, newest first, while they fit. Exact counts throughout."""
+        head: list[str] = []
+        for line in lines[: self.head_lines]:
+            if self._tokens([*head, line]) > max_tokens:
+                break
+            head.append(line)
+        tail: list[str] = []
+        for line in reversed(lines[self.head_lines :]):
+            if self._tokens([*head, line, *tail]) > max_tokens:
+                break
+            tail.insert(0, line)
+        return [*head, *tail]
+
     def fold(
         self, previous: str | None, messages: Sequence[BaseMessage], *, max_tokens: int
     ) -> str:
@@ -113,17 +128,6 @@ class ExtractiveSummarizer:
                 continue
             who = "User" if isinstance(message, HumanMessage) else "Assistant"
             lines.append(f"- {who}: {first_sentence(text, self.sentence_chars)}")
-        # Over the limit, lines go oldest first — but the first ``head_lines`` (how the
-        # conversation began) stay as long as anything can. Settle on the exact count last.
-        costs = [self.counter.count_text(line) + 1 for line in lines]
-        total = self.counter.count_system(SUMMARY_HEADING) + sum(costs)
-        head = min(self.head_lines, len(lines))
-        drop = head
-        while drop < len(lines) and total > max_tokens:
-            total -= costs[drop]
-            drop += 1
-        lines = lines[:head] + lines[drop:]
-        while lines and self._tokens(lines) > max_tokens:
-            lines.pop(head if len(lines) > head else 0)
-            head = min(head, len(lines))
+        if self._tokens(lines) > max_tokens:
+            lines = self._select(lines, max_tokens)
         return "\n".join([SUMMARY_HEADING, *lines]) if lines else ""

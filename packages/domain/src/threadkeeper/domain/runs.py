@@ -1,0 +1,149 @@
+"""Runs: the per-run record of what the model saw, its final body, and feedback on it.
+
+A run record makes three things possible: an idempotent retry (a completed ``run_id`` returns
+its stored final body), ``threadkeeper replay`` (the exact model input, rebuilt), and feedback
+(which must name a run that exists).
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+from threadkeeper.domain.errors import DomainError
+
+RunStatus = Literal["answered", "clarifying", "escalate"]
+
+
+class UnknownRun(DomainError):
+    """No such run in this thread (HTTP 404)."""
+
+
+class ModelCall(msgspec.Struct, frozen=True):
+    """One model call of a run: the window it was shown."""
+
+    message_ids: tuple[str, ...]
+    summary: str | None
+    tokens: int
+    budget: int
+    counter: str
+
+
+class RunRecord(msgspec.Struct, frozen=True):
+    run_id: str
+    thread_key: str
+    tenant_id: str
+    user_id: str
+    thread_id: str
+    human_message_id: str
+    status: RunStatus
+    created_at: datetime
+    response: dict[str, Any]
+    """The final body (``end`` event / JSON-mode response) exactly as sent."""
+    system_prompt: str
+    """The system message the model got at the start of the run (prompt, memory, chunks)."""
+    prompt_version: str
+    chunk_ids: tuple[str, ...] = ()
+    memory_keys: tuple[str, ...] = ()
+    """``kind/key@updated_at`` of each memory item the run read."""
+    model_calls: tuple[ModelCall, ...] = ()
+    checkpoint_id: str | None = None
+    """The thread's checkpoint after the run (where replay reads the messages)."""
+
+
+class Feedback(msgspec.Struct, frozen=True):
+    run_id: str
+    thread_key: str
+    tenant_id: str
+    user_id: str
+    score: Literal[1, -1]
+    comment: str | None
+    at: datetime
+
+
+class RunRecords(ABC):
+    """Per-run records and feedback, scoped by thread key."""
+
+    @abstractmethod
+    async def save(self, record: RunRecord) -> bool:
+        """Store a completed run; ``False`` when ``run_id`` is already stored (kept as is)."""
+
+    @abstractmethod
+    async def get(self, thread_key: str, run_id: str) -> RunRecord | None: ...
+
+    @abstractmethod
+    async def by_human_message(self, thread_key: str, message_id: str) -> RunRecord | None:
+        """The completed run whose human message has this id."""
+
+    @abstractmethod
+    async def add_feedback(self, feedback: Feedback) -> None:
+        """Record feedback on a stored run (a later one for the same run replaces it).
+
+        Raises:
+            UnknownRun: the run is not stored for this thread.
+        """
+
+    @abstractmethod
+    async def delete_thread(self, thread_key: str) -> tuple[int, int]:
+        """Delete the thread's run records and feedback: (runs, feedback) deleted."""
+
+    @abstractmethod
+    async def erase_user(self, tenant_id: str, user_id: str) -> tuple[int, int]:
+        """Delete the user's run records and feedback in the tenant: (runs, feedback)."""
+
+
+class InMemoryRunRecords(RunRecords):
+    """Dicts: the unit-test fake and the reference for the conformance suite."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[str, str], RunRecord] = {}
+        self._feedback: dict[tuple[str, str], Feedback] = {}
+        self._mutex = threading.Lock()
+
+    async def save(self, record: RunRecord) -> bool:
+        with self._mutex:
+            key = (record.thread_key, record.run_id)
+            if key in self._runs:
+                return False
+            self._runs[key] = record
+            return True
+
+    async def get(self, thread_key: str, run_id: str) -> RunRecord | None:
+        return self._runs.get((thread_key, run_id))
+
+    async def by_human_message(self, thread_key: str, message_id: str) -> RunRecord | None:
+        for (key, _), record in self._runs.items():
+            if key == thread_key and record.human_message_id == message_id:
+                return record
+        return None
+
+    async def add_feedback(self, feedback: Feedback) -> None:
+        if (feedback.thread_key, feedback.run_id) not in self._runs:
+            raise UnknownRun(feedback.run_id)
+        self._feedback[(feedback.thread_key, feedback.run_id)] = feedback
+
+    async def delete_thread(self, thread_key: str) -> tuple[int, int]:
+        with self._mutex:
+            runs = [k for k in self._runs if k[0] == thread_key]
+            feedback = [k for k in self._feedback if k[0] == thread_key]
+            for k in runs:
+                del self._runs[k]
+            for k in feedback:
+                del self._feedback[k]
+            return len(runs), len(feedback)
+
+    async def erase_user(self, tenant_id: str, user_id: str) -> tuple[int, int]:
+        keys = {
+            r.thread_key
+            for r in self._runs.values()
+            if (r.tenant_id, r.user_id) == (tenant_id, user_id)
+        }
+        runs = feedback = 0
+        for key in keys:
+            r, f = await self.delete_thread(key)
+            runs, feedback = runs + r, feedback + f
+        return runs, feedback

@@ -1,0 +1,268 @@
+"""``EstimatingCounter`` against exact ``o200k_base`` counts, and its edge cases.
+
+Accuracy is asserted on ``tests/data/token_corpus/heldout.jsonl`` only: the weights were fitted
+on ``fit.jsonl``, which shares no sentence with it (checked below). No timing is asserted here;
+speed is ``benchmarks/test_bench_estimator.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from threadkeeper.domain.estimate import BYTE_CLASSES, CLASS_WEIGHTS, SCALE, EstimatingCounter
+from threadkeeper.domain.tokens import MESSAGE_FRAMING, TiktokenCounter, TokenCounter
+
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "token_corpus"
+LANGS = ("fa", "zh", "en", "fa+en", "zh+en")
+#: The published claims (docs/token-estimator.md), per message of >= 200 characters.
+MAX_MEAN_ERROR = 0.05
+MAX_P95_ERROR = 0.12
+
+
+def load(split: str) -> list[dict[str, str]]:
+    lines = (CORPUS / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=20, method="inclusive")[18]
+
+
+def reference(text: str) -> int:
+    """The estimator's arithmetic written plainly: one Python-level sum, no chunks, no zlib."""
+    if not text:
+        return 0
+    if text.isspace():
+        return max(1, len(text) // 16)
+    data = text.encode("utf-8", "surrogatepass")
+    total = sum(CLASS_WEIGHTS[BYTE_CLASSES[byte]] for byte in data)
+    return max(1, (total + SCALE // 2) // SCALE)
+
+
+@pytest.fixture(scope="module")
+def estimate() -> EstimatingCounter:
+    return EstimatingCounter()
+
+
+@pytest.fixture(scope="module")
+def exact() -> TiktokenCounter:
+    return TiktokenCounter("o200k_base")
+
+
+@pytest.fixture(scope="module")
+def heldout_errors(estimate: EstimatingCounter, exact: TiktokenCounter) -> dict[str, list[float]]:
+    """Signed relative errors (estimate - exact) / exact per language, and ``"all"``."""
+    errors: dict[str, list[float]] = {lang: [] for lang in (*LANGS, "all")}
+    for row in load("heldout"):
+        truth = exact.count_text(row["text"])
+        error = (estimate.count_text(row["text"]) - truth) / truth
+        errors[row["lang"]].append(error)
+        errors["all"].append(error)
+    return errors
+
+
+def breakdown(errors: dict[str, list[float]]) -> str:
+    lines = ["lang    n  mean|err|  p95|err|   bias"]
+    for lang, signed in errors.items():
+        absolute = [abs(e) for e in signed]
+        lines.append(
+            f"{lang:6} {len(signed):3}  {statistics.fmean(absolute):8.2%}  {p95(absolute):8.2%}"
+            f"  {statistics.fmean(signed):+6.2%}"
+        )
+    return "\n".join(lines)
+
+
+# --- accuracy on HELD-OUT -------------------------------------------------------------------
+
+
+def test_heldout_mean_relative_error_is_at_most_5_percent(
+    heldout_errors: dict[str, list[float]],
+) -> None:
+    mean = statistics.fmean(abs(e) for e in heldout_errors["all"])
+    assert mean <= MAX_MEAN_ERROR, f"mean {mean:.2%}\n{breakdown(heldout_errors)}"
+
+
+def test_heldout_p95_relative_error_is_at_most_12_percent(
+    heldout_errors: dict[str, list[float]],
+) -> None:
+    worst = p95([abs(e) for e in heldout_errors["all"]])
+    assert worst <= MAX_P95_ERROR, f"p95 {worst:.2%}\n{breakdown(heldout_errors)}"
+
+
+def test_heldout_covers_every_language(heldout_errors: dict[str, list[float]]) -> None:
+    assert all(len(heldout_errors[lang]) >= 40 for lang in LANGS), breakdown(heldout_errors)
+
+
+# --- the corpus is what the docs say it is ---------------------------------------------------
+
+
+@pytest.mark.parametrize("split", ["fit", "heldout"])
+def test_corpus_messages_are_chat_sized(split: str) -> None:
+    rows = load(split)
+    assert {row["lang"] for row in rows} == set(LANGS)
+    assert all(200 <= len(row["text"]) <= 2000 for row in rows)
+
+
+def test_heldout_shares_no_sentence_with_fit() -> None:
+    def sentences(split: str) -> set[str]:
+        lines: set[str] = set()
+        for path in (CORPUS / "sources" / split).glob("*.txt"):
+            lines.update(line for line in path.read_text(encoding="utf-8").splitlines() if line)
+        return lines
+
+    fit, heldout = sentences("fit"), sentences("heldout")
+    assert fit
+    assert heldout
+    assert not fit & heldout
+    heldout_text = "\n".join(row["text"] for row in load("heldout"))
+    literal = [line for line in fit if "{" not in line]  # sentences without slots
+    assert not [line for line in literal if line in heldout_text]
+
+
+def test_corpus_files_are_rebuilt_identically_from_their_sources() -> None:
+    spec = importlib.util.spec_from_file_location("build_corpus", CORPUS / "build_corpus.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for split in ("fit", "heldout"):
+        assert module.build(split) == load(split), split
+
+
+# --- arithmetic -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a",
+        "hello, world",
+        "سلام، وقت بخیر",
+        "您好，请问理赔进度如何？",
+        "x" * 5000,
+        "!" * 100_000,  # punctuation: a heavy byte, many adler32 chunks
+        "😀" * 30_000,  # the heaviest bytes there are
+        "中" * 40_000,
+        "\ud800 lone surrogate",
+    ],
+    ids=lambda t: f"{t[:12]!r}x{len(t)}",
+)
+def test_count_text_matches_the_plain_weighted_sum(estimate: EstimatingCounter, text: str) -> None:
+    assert estimate.count_text(text) == reference(text)
+
+
+def test_count_text_matches_the_plain_weighted_sum_on_the_corpus(
+    estimate: EstimatingCounter,
+) -> None:
+    rows = load("fit") + load("heldout")
+    assert [estimate.count_text(r["text"]) for r in rows] == [reference(r["text"]) for r in rows]
+
+
+# --- edge cases -----------------------------------------------------------------------------
+
+
+def test_empty_text_is_zero_tokens(estimate: EstimatingCounter) -> None:
+    assert estimate.count_text("") == 0
+    assert estimate.count_system("") == 0
+
+
+@pytest.mark.parametrize(
+    "char",
+    ["a", "Z", "7", ".", " ", "\n", "ش", "۵", "\u200c", "中", "。", "，", "é", "ж", "한", "😀"],
+)
+def test_a_single_character_is_one_to_three_tokens(estimate: EstimatingCounter, char: str) -> None:
+    assert 1 <= estimate.count_text(char) <= 3
+
+
+@pytest.mark.parametrize("text", [" ", "\t", " " * 100, "\n" * 50, "\t" * 40, " \n" * 100])
+def test_pure_whitespace_is_few_tokens_but_never_zero(
+    estimate: EstimatingCounter, text: str
+) -> None:
+    # o200k packs runs of one whitespace character into long tokens; the estimate allows one
+    # token per 16 whitespace characters (it under-counts alternating spaces and newlines).
+    assert 1 <= estimate.count_text(text) <= max(1, len(text) // 16)
+
+
+@pytest.mark.parametrize("text", ["7", "42", "2024", "09121234567", "1234567890" * 10])
+def test_ascii_digits_are_over_rather_than_under_counted(
+    estimate: EstimatingCounter, exact: TiktokenCounter, text: str
+) -> None:
+    # o200k splits digit runs into groups of three: ceil(n / 3) tokens. Chat numbers are short,
+    # so the fitted weight is ~0.42 token per digit; long runs are over-counted by up to ~25%.
+    truth = exact.count_text(text)
+    assert truth <= estimate.count_text(text) <= 1.3 * truth + 1
+
+
+@pytest.mark.xfail(reason="known limit: a Persian digit is ~1 token, estimated as a letter (1/4)")
+def test_persian_digits_within_30_percent(
+    estimate: EstimatingCounter, exact: TiktokenCounter
+) -> None:
+    text = "۰۹۱۲۳۴۵۶۷۸۹ ۱۲٬۵۰۰٬۰۰۰ ۱۴۰۳/۰۵/۱۲"
+    assert abs(estimate.count_text(text) - exact.count_text(text)) <= 0.3 * exact.count_text(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["😀", "🙏🙏🙏", "👍🏽", "👨\u200d👩\u200d👧", "❤️", "✅", "😀" * 10]
+)
+def test_emoji_alone_are_counted_at_most_three_times_over(
+    estimate: EstimatingCounter, exact: TiktokenCounter, text: str
+) -> None:
+    # An emoji in chat text costs ~2.5 tokens (it breaks the merges around it; measured on the
+    # corpus), so emoji on their own, often one token each, are over- but never under-counted.
+    truth = exact.count_text(text)
+    assert truth <= estimate.count_text(text) <= 3 * truth
+
+
+def test_a_100k_character_text_is_estimated_like_its_parts(
+    estimate: EstimatingCounter, exact: TiktokenCounter
+) -> None:
+    parts: list[str] = []
+    for row in load("heldout"):
+        parts.append(row["text"])
+        if sum(len(p) + 1 for p in parts) >= 100_000:
+            break
+    text = "\n".join(parts)[:100_000]
+    assert len(text) == 100_000
+    whole = estimate.count_text(text)
+    truth = exact.count_text(text)
+    assert abs(whole - truth) <= MAX_MEAN_ERROR * truth
+    pieces = sum(estimate.count_text(p) for p in "\n".join(parts).split("\n"))
+    assert abs(whole - pieces) <= 0.01 * pieces + len(parts)
+
+
+def test_concatenation_is_about_the_sum_of_the_parts(
+    estimate: EstimatingCounter, exact: TiktokenCounter
+) -> None:
+    rows = load("heldout")
+    errors = []
+    for left, right in zip(rows[::7], rows[3::7], strict=False):
+        a, b = left["text"], right["text"]
+        joined = estimate.count_text(a + "\n" + b)
+        # weights add up: only the rounding of each part and the newline separate the two
+        assert abs(joined - estimate.count_text(a) - estimate.count_text(b)) <= 2
+        assert joined >= max(estimate.count_text(a), estimate.count_text(b))
+        truth = exact.count_text(a + "\n" + b)
+        errors.append(abs(joined - truth) / truth)
+    assert statistics.fmean(errors) <= MAX_MEAN_ERROR
+
+
+# --- the TokenCounter port ------------------------------------------------------------------
+
+
+def test_it_is_a_token_counter_named_estimate(estimate: EstimatingCounter) -> None:
+    assert isinstance(estimate, TokenCounter)
+    assert estimate.name == "estimate"
+
+
+def test_count_adds_message_framing_and_tool_calls() -> None:
+    counter = EstimatingCounter()
+    text = "سلام، شماره پرونده من CLM-2024-88123 است."
+    assert counter.count(HumanMessage(text, id="m1")) == MESSAGE_FRAMING + counter.count_text(text)
+    call = AIMessage("", id="m2", tool_calls=[{"name": "faq", "args": {"q": "理赔"}, "id": "c1"}])
+    assert counter.count(call) > MESSAGE_FRAMING
