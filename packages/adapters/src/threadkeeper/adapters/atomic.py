@@ -1,0 +1,193 @@
+"""Atomic runs over any LangGraph saver: a run's checkpoint writes are staged and reach the
+real saver only when the run commits.
+
+LangGraph persists on exit even when a run fails or is cancelled (checked here with
+``durability="exit"``: a cancelled run leaves its human message in the thread). threadkeeper
+promises the opposite — a run that does not finish leaves the thread exactly as it was — so
+the compiled graph's checkpointer is an ``AtomicSaver``: inside ``staging(thread_id)`` every
+``aput``/``aput_writes`` for that thread goes to an in-memory log, reads see the log on top of
+the real saver, and ``commit()`` replays the log, in order, into the real saver. A run that
+ends any other way just drops its log.
+
+The staging is carried by a ``ContextVar``: the graph is compiled once, and LangGraph's tasks
+inherit the run task's context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    copy_checkpoint,
+)
+
+
+@dataclass(slots=True)
+class _Put:
+    config: RunnableConfig
+    checkpoint: Checkpoint
+    metadata: CheckpointMetadata
+    new_versions: ChannelVersions
+
+
+@dataclass(slots=True)
+class _Writes:
+    config: RunnableConfig
+    writes: list[tuple[str, Any]]
+    task_id: str
+    task_path: str
+
+
+@dataclass(slots=True)
+class Staging:
+    """The uncommitted checkpoint writes of one run on one thread."""
+
+    thread_id: str
+    log: list[_Put | _Writes] = field(default_factory=list)
+    checkpoints: dict[str, tuple[RunnableConfig, _Put]] = field(default_factory=dict)
+    writes: dict[str, list[tuple[str, str, Any]]] = field(default_factory=dict)
+    latest: str | None = None
+    committed: bool = False
+
+    def owns(self, config: RunnableConfig) -> bool:
+        return bool(config.get("configurable", {}).get("thread_id") == self.thread_id)
+
+
+_current: ContextVar[Staging | None] = ContextVar("threadkeeper_staging", default=None)
+
+
+def _checkpoint_id(config: RunnableConfig) -> str | None:
+    value = config.get("configurable", {}).get("checkpoint_id")
+    return str(value) if value is not None else None
+
+
+class AtomicSaver(BaseCheckpointSaver[Any]):
+    """Wraps a real saver; see the module docstring. Async API only."""
+
+    def __init__(self, base: BaseCheckpointSaver[Any]) -> None:
+        super().__init__(serde=base.serde)
+        self.base = base
+
+    @contextmanager
+    def staging(self, thread_id: str) -> Iterator[Staging]:
+        """Stage this context's checkpoint writes for ``thread_id`` until ``commit``."""
+        staging = Staging(thread_id)
+        token = _current.set(staging)
+        try:
+            yield staging
+        finally:
+            _current.reset(token)
+
+    async def commit(self, staging: Staging) -> RunnableConfig | None:
+        """Replay the staged writes into the real saver, in order; the last checkpoint's config."""
+        if staging.committed:
+            raise RuntimeError("staging already committed")
+        staging.committed = True
+        last: RunnableConfig | None = None
+        for op in staging.log:
+            if isinstance(op, _Put):
+                last = await self.base.aput(op.config, op.checkpoint, op.metadata, op.new_versions)
+            else:
+                await self.base.aput_writes(op.config, op.writes, op.task_id, op.task_path)
+        return last
+
+    def _active(self, config: RunnableConfig) -> Staging | None:
+        staging = _current.get()
+        if staging is not None and not staging.committed and staging.owns(config):
+            return staging
+        return None
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        staging = self._active(config)
+        if staging is None:
+            return await self.base.aget_tuple(config)
+        wanted = _checkpoint_id(config) or staging.latest
+        if wanted is not None and wanted in staging.checkpoints:
+            stored_config, put = staging.checkpoints[wanted]
+            parent = put.config if _checkpoint_id(put.config) else None
+            return CheckpointTuple(
+                config=stored_config,
+                checkpoint=copy_checkpoint(put.checkpoint),
+                metadata=put.metadata,
+                parent_config=parent,
+                pending_writes=list(staging.writes.get(wanted, [])),
+            )
+        found = await self.base.aget_tuple(config)
+        if found is None:
+            return None
+        extra = staging.writes.get(_checkpoint_id(found.config) or "")
+        if extra:
+            found = found._replace(pending_writes=[*(found.pending_writes or []), *extra])
+        return found
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        async for item in self.base.alist(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        staging = self._active(config)
+        if staging is None:
+            return await self.base.aput(config, checkpoint, metadata, new_versions)
+        put = _Put(config, copy_checkpoint(checkpoint), metadata, dict(new_versions))
+        configurable = config.get("configurable", {})
+        stored: RunnableConfig = {
+            "configurable": {
+                "thread_id": configurable["thread_id"],
+                "checkpoint_ns": configurable.get("checkpoint_ns", ""),
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+        staging.log.append(put)
+        staging.checkpoints[checkpoint["id"]] = (stored, put)
+        staging.latest = checkpoint["id"]
+        return stored
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        staging = self._active(config)
+        if staging is None:
+            await self.base.aput_writes(config, writes, task_id, task_path)
+            return
+        staging.log.append(_Writes(config, list(writes), task_id, task_path))
+        bucket = staging.writes.setdefault(_checkpoint_id(config) or "", [])
+        bucket.extend((task_id, channel, value) for channel, value in writes)
+
+    # -- everything else goes to the real saver ---------------------------------------------
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.base.adelete_thread(thread_id)
+
+    def get_next_version(self, current: Any, channel: None = None) -> Any:
+        return self.base.get_next_version(current, channel)

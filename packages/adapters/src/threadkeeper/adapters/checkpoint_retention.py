@@ -1,0 +1,90 @@
+"""``Retention`` for profiles whose transcript is the checkpoint state (embedded, postgres).
+
+Thread activity comes from the run records (one row per completed run, indexed by time);
+a user's threads are found both there and through checkpoint metadata (``user_id`` and
+``tenant_id`` travel in ``config["configurable"]`` and land in every checkpoint's metadata).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
+
+from threadkeeper.adapters.sql import SqlRunRecords
+from threadkeeper.domain.retention import ErasureReceipt, Retention
+from threadkeeper.domain.tokens import message_text
+
+
+def transcript_count(messages: Sequence[BaseMessage]) -> int:
+    """Messages ``GET /messages`` would serve: human, and AI with text."""
+    return sum(
+        1
+        for m in messages
+        if isinstance(m, HumanMessage) or (isinstance(m, AIMessage) and message_text(m).strip())
+    )
+
+
+async def delete_store_prefix(store: BaseStore, prefix: tuple[str, ...]) -> int:
+    """Delete every item under a namespace prefix; how many were deleted."""
+    deleted = 0
+    for namespace in await store.alist_namespaces(prefix=prefix, limit=10_000):
+        while True:
+            items = await store.asearch(namespace, limit=1000)
+            if not items:
+                break
+            for item in items:
+                await store.adelete(namespace, item.key)
+                deleted += 1
+    return deleted
+
+
+class CheckpointRetention(Retention):
+    def __init__(
+        self, saver: BaseCheckpointSaver[Any], store: BaseStore, runs: SqlRunRecords
+    ) -> None:
+        self.saver = saver
+        self.store = store
+        self.runs = runs
+
+    async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
+        return [row[0] for row in await self.runs.thread_activity(cutoff, limit=limit)]
+
+    async def _messages(self, thread_key: str) -> int:
+        found = await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}})
+        if found is None:
+            return 0
+        return transcript_count(found.checkpoint["channel_values"].get("messages", []))
+
+    async def delete_thread(self, thread_key: str) -> ErasureReceipt:
+        messages = await self._messages(thread_key)
+        exists = messages > 0 or (
+            await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}}) is not None
+        )
+        await self.saver.adelete_thread(thread_key)
+        runs, feedback = await self.runs.delete_thread(thread_key)
+        return ErasureReceipt(threads=int(exists or runs > 0), messages=messages, feedback=feedback)
+
+    async def delete_threads(self, thread_keys: Sequence[str]) -> ErasureReceipt:
+        total = ErasureReceipt()
+        for key in thread_keys:
+            total = total + await self.delete_thread(key)
+        return total
+
+    async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:
+        keys = set(await self.runs.user_threads(tenant_id, user_id))
+        async for item in self.saver.alist(
+            None, filter={"tenant_id": tenant_id, "user_id": user_id}
+        ):
+            keys.add(str(item.config["configurable"]["thread_id"]))
+        return keys
+
+    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
+        receipt = await self.delete_threads(sorted(await self.user_thread_keys(tenant_id, user_id)))
+        _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
+        items = await delete_store_prefix(self.store, (tenant_id, "user", user_id))
+        return receipt + ErasureReceipt(memory_items=items, feedback=stray_feedback)

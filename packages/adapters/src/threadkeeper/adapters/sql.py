@@ -1,0 +1,202 @@
+"""threadkeeper's own tables (run records, feedback) over SQLAlchemy Core, for every profile.
+
+One implementation runs on SQLite (embedded), PostgreSQL and MySQL/MariaDB. The embedded
+profile creates the tables at start; the server profiles get them from ``threadkeeper migrate``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from threadkeeper.domain.runs import Feedback, RunRecord, RunRecords, UnknownRun
+
+metadata = MetaData()
+
+run_records = Table(
+    "tk_run_records",
+    metadata,
+    Column("thread_key", String(400), primary_key=True),
+    Column("run_id", String(64), primary_key=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("user_id", String(128), nullable=False),
+    Column("human_message_id", String(200), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("record", LargeBinary, nullable=False),
+    Index("ix_tk_run_records_user", "tenant_id", "user_id"),
+    Index("ix_tk_run_records_human", "thread_key", "human_message_id"),
+    Index("ix_tk_run_records_created", "created_at"),
+)
+
+feedback = Table(
+    "tk_feedback",
+    metadata,
+    Column("thread_key", String(400), primary_key=True),
+    Column("run_id", String(64), primary_key=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("user_id", String(128), nullable=False),
+    Column("score", Integer, nullable=False),
+    Column("comment", Text, nullable=True),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Index("ix_tk_feedback_user", "tenant_id", "user_id"),
+)
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(RunRecord)
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+class SqlRunRecords(RunRecords):
+    """``RunRecords`` on any SQLAlchemy async engine."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def create_tables(self) -> None:
+        """Create the tables if missing (embedded profile only; servers use migrations)."""
+        async with self.engine.begin() as conn:
+            await conn.run_sync(metadata.create_all)
+
+    async def save(self, record: RunRecord) -> bool:
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(
+                    insert(run_records).values(
+                        thread_key=record.thread_key,
+                        run_id=record.run_id,
+                        tenant_id=record.tenant_id,
+                        user_id=record.user_id,
+                        human_message_id=record.human_message_id,
+                        status=record.status,
+                        created_at=record.created_at,
+                        record=_encoder.encode(record),
+                    )
+                )
+        except IntegrityError:
+            return False
+        return True
+
+    async def _one(self, *where: Any) -> RunRecord | None:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(run_records.c.record).where(*where).limit(1))).first()
+        return _decoder.decode(row[0]) if row else None
+
+    async def get(self, thread_key: str, run_id: str) -> RunRecord | None:
+        return await self._one(
+            run_records.c.thread_key == thread_key, run_records.c.run_id == run_id
+        )
+
+    async def by_human_message(self, thread_key: str, message_id: str) -> RunRecord | None:
+        return await self._one(
+            run_records.c.thread_key == thread_key,
+            run_records.c.human_message_id == message_id,
+        )
+
+    async def add_feedback(self, item: Feedback) -> None:
+        values: dict[str, Any] = {
+            "tenant_id": item.tenant_id,
+            "user_id": item.user_id,
+            "score": item.score,
+            "comment": item.comment,
+            "at": item.at,
+        }
+        async with self.engine.begin() as conn:
+            known = (
+                await conn.execute(
+                    select(func.count())
+                    .select_from(run_records)
+                    .where(
+                        run_records.c.thread_key == item.thread_key,
+                        run_records.c.run_id == item.run_id,
+                    )
+                )
+            ).scalar_one()
+            if not known:
+                raise UnknownRun(item.run_id)
+            changed = await conn.execute(
+                update(feedback)
+                .where(feedback.c.thread_key == item.thread_key, feedback.c.run_id == item.run_id)
+                .values(**values)
+            )
+            if not changed.rowcount:
+                await conn.execute(
+                    insert(feedback).values(
+                        thread_key=item.thread_key, run_id=item.run_id, **values
+                    )
+                )
+
+    async def delete_thread(self, thread_key: str) -> tuple[int, int]:
+        async with self.engine.begin() as conn:
+            runs = await conn.execute(
+                delete(run_records).where(run_records.c.thread_key == thread_key)
+            )
+            notes = await conn.execute(delete(feedback).where(feedback.c.thread_key == thread_key))
+        return runs.rowcount or 0, notes.rowcount or 0
+
+    async def erase_user(self, tenant_id: str, user_id: str) -> tuple[int, int]:
+        async with self.engine.begin() as conn:
+            runs = await conn.execute(
+                delete(run_records).where(
+                    run_records.c.tenant_id == tenant_id, run_records.c.user_id == user_id
+                )
+            )
+            notes = await conn.execute(
+                delete(feedback).where(
+                    feedback.c.tenant_id == tenant_id, feedback.c.user_id == user_id
+                )
+            )
+        return runs.rowcount or 0, notes.rowcount or 0
+
+    async def thread_activity(
+        self, before: datetime, *, limit: int
+    ) -> list[tuple[str, str, str, datetime]]:
+        """Threads whose newest run is older than ``before``: (key, tenant, user, newest)."""
+        newest = func.max(run_records.c.created_at)
+        query = (
+            select(
+                run_records.c.thread_key,
+                func.min(run_records.c.tenant_id),
+                func.min(run_records.c.user_id),
+                newest,
+            )
+            .group_by(run_records.c.thread_key)
+            .having(newest < before)
+            .order_by(newest, run_records.c.thread_key)
+            .limit(limit)
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [(r[0], r[1], r[2], _aware(r[3])) for r in rows]
+
+    async def user_threads(self, tenant_id: str, user_id: str) -> list[str]:
+        query = (
+            select(run_records.c.thread_key)
+            .where(run_records.c.tenant_id == tenant_id, run_records.c.user_id == user_id)
+            .distinct()
+        )
+        async with self.engine.connect() as conn:
+            return [r[0] for r in (await conn.execute(query)).all()]
