@@ -1,0 +1,267 @@
+"""The agent: ``create_agent`` with threadkeeper's middleware, built once at start-up.
+
+Order of work in a run: load memory and retrieve (``before_agent``) → the system message is
+assembled from the prompt, the memory and the retrieved chunks (``wrap_model_call``,
+outermost, so the history hooks count all of it) → the history hooks (``THREADKEEPER_HOOKS``)
+→ model and tools → the final answer is stamped with its status, citations and time
+(``after_model``). Memory is written by the run service after the round is committed, so it
+never learns from a round that was not stored.
+
+Retrieved chunk text and the loaded memory are per-run state that is never checkpointed
+(``UntrackedValue``); only the citations (chunk id, document id, title) persist, on the answer.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Any, NotRequired, cast
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.channels import UntrackedValue
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.config import get_config, get_stream_writer
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore
+from langgraph.types import Command
+
+from threadkeeper.adapters.knowledge import KnowledgeBase
+from threadkeeper.domain.history import Window
+from threadkeeper.domain.memory import MemoryKind, memory_namespace
+from threadkeeper.domain.tokens import message_text
+from threadkeeper.hooks.settings import ThreadState
+
+PROMPT_VERSION = "2026-11-29.1"
+SYSTEM_PROMPT = (
+    "You are the customer-service assistant of an insurance company. Answer only from the "
+    "documents given to you, in the language the user writes in, and cite the chunks you "
+    "used as [chunk_id]. If nothing in the documents answers the question, ask one short "
+    "clarifying question. If the user asks for a person, say that a colleague will take over."
+)
+RETRIEVE_K = 3
+_CITATION = re.compile(r"\[([A-Za-z0-9._:-]+#\d+)\]")
+
+
+@dataclass
+class RunTrace:
+    """What one run's model was shown, collected as it happens (per-run records, replay).
+
+    Untracked state is gone once the run ends, so the middleware reports it here; the run
+    service sets a fresh trace in the run's context.
+    """
+
+    retrieved: list[dict[str, Any]] = field(default_factory=list)
+    memory: list[dict[str, Any]] = field(default_factory=list)
+    system_prompts: list[str] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)
+
+
+current_trace: ContextVar[RunTrace | None] = ContextVar("threadkeeper_trace", default=None)
+
+
+def observe_window(window: Window) -> None:
+    """``HookSettings.observer``: route each window to the run that produced it."""
+    trace = current_trace.get()
+    if trace is not None:
+        trace.windows.append(window)
+
+
+class AgentState(ThreadState):
+    retrieved: NotRequired[Annotated[list[dict[str, Any]], UntrackedValue]]
+    """This run's retrieved chunks (``chunk_id``, ``doc_id``, ``title``, ``text``)."""
+    memory: NotRequired[Annotated[list[dict[str, Any]], UntrackedValue]]
+    """This run's memory items (``kind``, ``key``, ``value``, ``updated_at``)."""
+
+
+def caller_of(config: dict[str, Any]) -> tuple[str, str]:
+    configurable = config.get("configurable", {})
+    return str(configurable["tenant_id"]), str(configurable["user_id"])
+
+
+def render_system(
+    prompt: str, memory: Sequence[dict[str, Any]], chunks: Sequence[dict[str, Any]]
+) -> str:
+    """The system message: prompt, then what is remembered, then the retrieved documents."""
+    parts = [prompt]
+    if memory:
+        lines = "\n".join(f"{m['kind']}.{m['key']}: {m['value']}" for m in memory)
+        parts.append(f"<memory>\n{lines}\n</memory>")
+    if chunks:
+        docs = "\n".join(
+            f'<doc chunk_id="{html.escape(c["chunk_id"])}" doc_id="{html.escape(c["doc_id"])}" '
+            f'title="{html.escape(c["title"])}">{html.escape(c["text"])}</doc>'
+            for c in chunks
+        )
+        parts.append(f"<documents>\n{docs}\n</documents>")
+    return "\n\n".join(parts)
+
+
+def newest_human_text(messages: Sequence[Any]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            return message_text(message)
+    return ""
+
+
+async def load_memory(store: BaseStore, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for kind in (MemoryKind.PROFILE, MemoryKind.FACTS):
+        for item in await store.asearch(memory_namespace(tenant_id, user_id, kind), limit=500):
+            items.append(
+                {
+                    "kind": kind.value,
+                    "key": item.key,
+                    "value": str(item.value.get("value", "")),
+                    "source": item.value.get("source", {}),
+                    "updated_at": item.updated_at.isoformat(),
+                }
+            )
+    return items
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    status: str
+    citations: list[dict[str, str]]
+
+
+def stamp_for(message: AIMessage, chunks: Sequence[dict[str, Any]]) -> Stamp:
+    """Status and citations of a final answer.
+
+    The builtin model states both (``additional_kwargs["threadkeeper"]``); for any other model
+    the citations are the ``[chunk_id]`` markers of retrieved chunks in the text, and the
+    status is ``clarifying`` when nothing was retrieved and the answer is a question.
+    """
+    by_id = {c["chunk_id"]: c for c in chunks}
+    told = message.additional_kwargs.get("threadkeeper") or {}
+    text = message_text(message)
+    if told.get("status") in {"answered", "clarifying", "escalate"}:
+        status = str(told["status"])
+        cited = [str(c) for c in told.get("citations", [])]
+    else:
+        cited = list(dict.fromkeys(_CITATION.findall(text)))
+        asks = text.rstrip().endswith(("?", "؟", "？"))
+        status = "clarifying" if not chunks and asks else "answered"
+    citations = [
+        {"chunk_id": c, "doc_id": by_id[c]["doc_id"], "title": by_id[c]["title"]}
+        for c in cited
+        if c in by_id
+    ]
+    return Stamp(status, citations)
+
+
+class ThreadContextMiddleware(AgentMiddleware[AgentState]):
+    """Memory and retrieval in, system message assembled, answers stamped, tools reported."""
+
+    state_schema = AgentState
+
+    def __init__(self, knowledge: KnowledgeBase, prompt: str = SYSTEM_PROMPT) -> None:
+        super().__init__()
+        self.knowledge = knowledge
+        self.prompt = prompt
+
+    @property
+    def name(self) -> str:
+        return "thread_context"
+
+    async def abefore_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any]:
+        tenant_id, user_id = caller_of(cast("dict[str, Any]", get_config()))
+        write = get_stream_writer()
+        write({"stage": "retrieval", "status": "start"})
+        query = newest_human_text(state["messages"])
+        found = self.knowledge.search(tenant_id, query, k=RETRIEVE_K) if query else []
+        chunks = [
+            {
+                "chunk_id": hit.chunk.chunk_id,
+                "doc_id": hit.chunk.doc_id,
+                "title": hit.chunk.title,
+                "text": hit.chunk.text,
+                "score": round(float(hit.score), 4),
+            }
+            for hit in found
+        ]
+        write(
+            {
+                "stage": "retrieval",
+                "status": "end",
+                "chunks": [{"chunk_id": c["chunk_id"], "title": c["title"]} for c in chunks],
+            }
+        )
+        memory = await load_memory(runtime.store, tenant_id, user_id) if runtime.store else []
+        if (trace := current_trace.get()) is not None:
+            trace.retrieved, trace.memory = chunks, memory
+        return {"retrieved": chunks, "memory": memory}
+
+    def _request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        state = cast("dict[str, Any]", request.state)
+        base = request.system_message.text if request.system_message else self.prompt
+        text = render_system(base, state.get("memory") or [], state.get("retrieved") or [])
+        if (trace := current_trace.get()) is not None:
+            trace.system_prompts.append(text)
+        return request.override(system_message=SystemMessage(content=text))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return await handler(self._request(request))
+
+    async def aafter_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        last = state["messages"][-1]
+        if not isinstance(last, AIMessage) or last.tool_calls:
+            return None
+        stamp = stamp_for(last, state.get("retrieved") or [])
+        metadata = {
+            **last.response_metadata,
+            "threadkeeper": {
+                "status": stamp.status,
+                "citations": stamp.citations,
+                "at": datetime.now(UTC).isoformat(),
+            },
+        }
+        return {"messages": [last.model_copy(update={"response_metadata": metadata})]}
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        write = get_stream_writer()
+        name = request.tool_call["name"]
+        write({"stage": "tool", "name": name, "status": "start"})
+        try:
+            return await handler(request)
+        finally:
+            write({"stage": "tool", "name": name, "status": "end"})
+
+
+def build_agent(
+    *,
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    knowledge: KnowledgeBase,
+    history_hooks: Sequence[AgentMiddleware[Any, Any]],
+    checkpointer: BaseCheckpointSaver[Any],
+    store: BaseStore,
+    prompt: str = SYSTEM_PROMPT,
+) -> Any:
+    """The compiled agent graph (compiled once; reused for every run)."""
+    return create_agent(
+        model,
+        list(tools),
+        system_prompt=prompt,
+        middleware=[ThreadContextMiddleware(knowledge, prompt), *history_hooks],
+        checkpointer=checkpointer,
+        store=store,
+        name="threadkeeper",
+    )

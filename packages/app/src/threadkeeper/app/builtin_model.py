@@ -1,0 +1,961 @@
+"""threadkeeper's default chat model: a small, honest FAQ assistant that is deterministic,
+offline and streams token by token.
+
+It is a real ``BaseChatModel`` so ``create_agent``, LangGraph's ``stream_mode="messages"``,
+callbacks and tracing treat it like any provider, and it works only from what a real model
+would see — the messages it is given:
+
+- ``SystemMessage`` text may hold a ``<documents>`` block of retrieved chunks
+  (``<doc chunk_id=".." doc_id=".." title="..">html-escaped text</doc>``); other text around
+  it (a ``<memory>`` block, a rolling summary, instructions) is ignored.
+- The newest ``HumanMessage`` is the question; its script picks the reply language
+  (Persian/Arabic script → ``fa``, CJK → ``zh``, else ``en``).
+- A trailing ``ToolMessage`` is the result of the ``fetch_faq_document`` call this model made.
+
+Decision, in order: a tool result is answered extractively from it; a request for a person,
+or two clarifying replies in a row before it, escalates; a request for details calls
+``fetch_faq_document`` for the best-matching document (only when that tool is bound); a
+question that overlaps the retrieved chunks is answered with 1–3 of their sentences, citing
+the chunks; otherwise a clarifying question is asked.
+
+Every final reply carries ``additional_kwargs["threadkeeper"] = {"status", "citations"}``;
+tool-call replies carry no status. ``usage_metadata`` is set on every reply (see
+:func:`estimate_input_tokens`; output tokens are the number of streamed tokens).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import html
+import json
+import math
+import re
+import time
+import unicodedata
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, cast
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.language_models.base import LangSmithParams
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+)
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages.tool import tool_call_chunk
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import Field
+
+__all__ = [
+    "ANSWER_MAX_CHARS",
+    "CLARIFYING_QUESTIONS",
+    "FETCH_FAQ_DOCUMENT",
+    "HANDOFF_MESSAGES",
+    "METADATA_KEY",
+    "BuiltinChatModel",
+    "DocumentChunk",
+    "Language",
+    "ReplyStatus",
+    "detect_language",
+    "estimate_input_tokens",
+    "parse_documents",
+    "reply_metadata",
+    "stream_tokens",
+]
+
+Language = Literal["fa", "zh", "en"]
+ReplyStatus = Literal["answered", "clarifying", "escalate"]
+
+FETCH_FAQ_DOCUMENT: Final = "fetch_faq_document"
+"""The one tool this model knows how to call: ``{"doc_id": str}`` → the whole document."""
+
+METADATA_KEY: Final = "threadkeeper"
+"""Key in ``AIMessage.additional_kwargs`` holding ``{"status", "citations"}``."""
+
+ANSWER_MAX_CHARS: Final = 600
+"""Upper bound of an extractive answer (one over-long sentence is cut with an ellipsis)."""
+
+_CHUNK_ANSWER_MAX_SENTENCES: Final = 3
+_TOOL_ANSWER_MAX_SENTENCES: Final = 4
+
+CLARIFYING_QUESTIONS: Final[Mapping[Language, str]] = {
+    "en": "Could you tell me which insurance product or topic your question is about?",
+    "fa": "ممکن است بفرمایید سؤال شما درباره کدام محصول یا موضوع بیمه‌ای است؟",
+    "zh": "请问您的问题是关于哪一款保险产品或哪个主题的？",
+}
+
+HANDOFF_MESSAGES: Final[Mapping[Language, str]] = {
+    "en": (
+        "I'm passing this conversation to a member of our support team. "
+        "They will see what we discussed, so you won't need to repeat yourself."
+    ),
+    "fa": (
+        "این گفتگو را به یکی از همکاران پشتیبانی منتقل می‌کنم. "
+        "ایشان گفتگوی ما را می‌بینند و لازم نیست دوباره توضیح دهید."
+    ),
+    "zh": "正在为您转接人工客服，客服人员会看到我们的对话内容，您无需重复说明。",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Scripts, normalisation and terms
+
+
+_CJK_RANGES: Final = (
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x3400, 0x4DBF),  # CJK Extension A
+    (0x4E00, 0x9FFF),  # CJK Unified Ideographs
+    (0xF900, 0xFAFF),  # CJK Compatibility Ideographs
+    (0x20000, 0x2FA1F),  # Extensions B–F, compatibility supplement
+)
+_ARABIC_RANGES: Final = (
+    (0x0600, 0x06FF),
+    (0x0750, 0x077F),
+    (0x08A0, 0x08FF),
+    (0xFB50, 0xFDFF),
+    (0xFE70, 0xFEFF),
+)
+_CJK_WEIGHT: Final = 3
+"""A CJK character carries about as much as a short word (≈ 3 Latin letters)."""
+
+
+def _in_ranges(char: str, ranges: tuple[tuple[int, int], ...]) -> bool:
+    code = ord(char)
+    return any(low <= code <= high for low, high in ranges)
+
+
+def _is_cjk(char: str) -> bool:
+    return _in_ranges(char, _CJK_RANGES)
+
+
+def detect_language(text: str) -> Language:
+    """The reply language for ``text``: the script with the most weight among its letters.
+
+    Persian/Arabic letters count 1, CJK characters count 3, Latin letters count 1; ties go
+    to the non-Latin script; no letters at all → ``"en"``.
+    """
+    arabic = cjk = latin = 0
+    for char in text:
+        if not char.isalpha():
+            continue
+        if _is_cjk(char):
+            cjk += 1
+        elif _in_ranges(char, _ARABIC_RANGES):
+            arabic += 1
+        else:
+            latin += 1
+    weighted = cjk * _CJK_WEIGHT
+    if arabic == 0 and cjk == 0:
+        return "en"
+    if arabic >= weighted:
+        return "fa" if arabic >= latin else "en"
+    return "zh" if weighted >= latin else "en"
+
+
+_FOLD: Final = str.maketrans(
+    {
+        "ي": "ی",
+        "ى": "ی",
+        "ئ": "ی",
+        "ك": "ک",
+        "ة": "ه",
+        "ۀ": "ه",
+        "أ": "ا",
+        "إ": "ا",
+        "ٱ": "ا",
+        "آ": "ا",
+        "ؤ": "و",
+        "\u200c": " ",  # zero-width non-joiner separates Persian word parts
+        "\u200d": None,
+        "\u200e": None,
+        "\u200f": None,
+        "\u0640": None,  # tatweel
+        **{chr(0x06F0 + i): str(i) for i in range(10)},  # Persian digits
+        **{chr(0x0660 + i): str(i) for i in range(10)},  # Arabic-Indic digits
+    }
+)
+_ARABIC_MARKS: Final = re.compile("[\u064b-\u065f\u0670\u06d6-\u06ed]")
+
+
+def _normalize(text: str) -> str:
+    """Matching form of ``text``: NFKC, Arabic letters folded to Persian, marks removed,
+    lower case. Only ever used to compare, never shown."""
+    folded = unicodedata.normalize("NFKC", text).translate(_FOLD)
+    return _ARABIC_MARKS.sub("", folded).casefold()
+
+
+_EN_STOPWORDS: Final = frozenset(
+    """a about above after again all also am an and any are as at be because been before
+    being below between both but by can could did do does doing don down during each few
+    for from further get got had has have having he her here hers him his how i if in into
+    is it its itself just let me more most my myself no nor not now of off on once only or
+    other our ours out over own please same she should so some such than that the their
+    them then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself
+    tell know want need like give show explain detail details full whole document info
+    information thanks thank hi hello""".split()
+)
+_FA_STOPWORDS: Final = frozenset(
+    _normalize(word)
+    for word in """و در به از که این آن را با است برای من ما شما او چه چی چیه آیا یک یه هم
+    تا می نمی شود میشود شد بود هست هستند است؟ دارد دارم داره ام ای ها های کنم کند کنید کرد
+    چطور چگونه چیست کدام چقدر اگر یا نیز باید بر پس اما ولی خود همه هر لطفا لطفاً سلام
+    مرسی ممنون بگویید بگید بدانم بدونم درباره مورد جزئیات کامل بیشتر توضیح اطلاعات""".split()
+)
+_ZH_STOP_CHARS: Final = frozenset(
+    "的了吗呢吧啊呀么嘛是我你您他她它们这那和与及或在也都就还把被哪些什"
+)
+_ZH_STOP_BIGRAMS: Final = frozenset(
+    "请问 如何 怎样 可以 是否 一下 能否 能不 不能 需要 想要 知道 告诉 介绍 关于 有关 一个".split()
+)
+_WORD: Final = re.compile(r"[^\W_]+")
+_CJK_CLASS: Final = "".join(f"{chr(low)}-{chr(high)}" for low, high in _CJK_RANGES)
+_CJK_SPLIT: Final = re.compile(f"[{_CJK_CLASS}]+|[^{_CJK_CLASS}]+")
+
+
+def _stem(word: str) -> str:
+    """A light English stem so "claims" meets "claim" (applied on both sides alike)."""
+    if not word.isascii() or len(word) <= 3:
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith("ed") and len(word) > 5:
+        return word[:-2]
+    if word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def _terms(text: str) -> frozenset[str]:
+    """Content terms of ``text``: CJK runs as character bigrams (bigrams with a function
+    character dropped), everything else as normalised, lightly stemmed words minus
+    English/Persian stop words."""
+    terms: set[str] = set()
+    for match in _WORD.finditer(_normalize(text)):
+        word = match.group()
+        for part in _CJK_SPLIT.findall(word):
+            if _is_cjk(part[0]):
+                if len(part) == 1:
+                    if part not in _ZH_STOP_CHARS:
+                        terms.add(part)
+                    continue
+                for i in range(len(part) - 1):
+                    bigram = part[i : i + 2]
+                    if bigram not in _ZH_STOP_BIGRAMS and not set(bigram) & _ZH_STOP_CHARS:
+                        terms.add(bigram)
+            elif part not in _EN_STOPWORDS and part not in _FA_STOPWORDS:
+                terms.add(_stem(part))
+    return frozenset(terms)
+
+
+_SENTENCE_BREAK: Final = re.compile(r"(?<=[.!?؟])\s+|(?<=[。！？；])|\s*\n+\s*")
+_BULLET: Final = re.compile(r"^[\s#*•>\-–—]+")
+
+
+def _sentences(text: str) -> list[str]:
+    """Sentences (and lines) of ``text``, bullets and headings markers stripped."""
+    out: list[str] = []
+    for piece in _SENTENCE_BREAK.split(text):
+        sentence = _BULLET.sub("", piece).strip()
+        if sentence:
+            out.append(sentence)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Lexicons
+
+
+def _persian_phrase(phrase: str, suffixes: str = "") -> str:
+    """A regex for a Persian phrase as whole word(s), with optional listed suffixes."""
+    words = r"\s+".join(re.escape(w) for w in _normalize(phrase).split())
+    tail = f"(?:{suffixes})?" if suffixes else ""
+    return rf"(?<!\w){words}{tail}(?!\w)"
+
+
+_ESCALATION_EN: Final = re.compile(
+    r"\b(?:talk|speak|chat|connect\s+me)\s+(?:to|with)\s+(?:a\s+|an\s+|some\s+|your\s+)?"
+    r"(?:human|person|someone|somebody|people|real\s+person|live\s+person|staff)\b"
+    r"|\b(?:human|live|real)\s+(?:agent|person|being|support|operator)s?\b"
+    r"|\b(?:agent|operator|representative)s?\b"
+)
+_ESCALATION_FA: Final = re.compile(
+    "|".join(
+        [
+            _persian_phrase("اپراتور", "ها|های|تان|تون"),
+            _persian_phrase("کارشناس", "ها|های|ان|تان|تون"),
+            _persian_phrase("با یک انسان"),
+            _persian_phrase("با یه انسان"),
+            _persian_phrase("با یک آدم"),
+            _persian_phrase("با یه آدم"),
+            _persian_phrase("انسان واقعی"),
+            _persian_phrase("آدم واقعی"),
+            _persian_phrase("شخص واقعی"),
+            _persian_phrase("پشتیبان انسانی"),
+            _persian_phrase("پشتیبانی انسانی"),
+            _persian_phrase("نیروی انسانی"),
+            _persian_phrase("با یک نفر صحبت"),
+            _persian_phrase("با پشتیبانی تماس"),
+        ]
+    )
+)
+_ESCALATION_ZH: Final = tuple(
+    _normalize(p)
+    for p in (
+        "转人工",
+        "轉人工",
+        "找人工",
+        "接人工",
+        "人工客服",
+        "人工服务",
+        "人工服務",
+        "人工坐席",
+        "人工座席",
+        "人工台",
+        "真人",
+        "客服人员",
+        "客服人員",
+        "联系客服",
+        "聯繫客服",
+        "在线客服",
+        "跟人说话",
+        "和人说话",
+        "找个人",
+    )
+)
+
+_DETAILS_EN: Final = re.compile(
+    r"\b(?:details?|detailed|full|in\s+depth|elaborate)\b"
+    r"|\bmore\s+(?:about|on|info|information)\b"
+    r"|\b(?:whole|entire|complete)\s+(?:document|text|article|faq)\b"
+    r"|\btell\s+me\s+more\b"
+)
+_DETAILS_FA: Final = re.compile(
+    "|".join(
+        [
+            _persian_phrase("جزئیات", "ش|ی|ها|تان|تون|شان|شون"),
+            _persian_phrase("کامل", "ش|ی|تر"),
+            _persian_phrase("توضیح بیشتر"),
+            _persian_phrase("توضیحات بیشتر"),
+            _persian_phrase("اطلاعات بیشتر"),
+            _persian_phrase("بیشتر بدانم"),
+            _persian_phrase("بیشتر بدونم"),
+        ]
+    )
+)
+_DETAILS_ZH: Final = tuple(
+    _normalize(p)
+    for p in ("详细", "詳細", "详情", "詳情", "全文", "完整", "更多信息", "更多資訊", "具体内容")
+)
+
+
+def _asks_for_person(text: str) -> bool:
+    norm = _normalize(text)
+    return bool(
+        _ESCALATION_EN.search(norm)
+        or _ESCALATION_FA.search(norm)
+        or any(p in norm for p in _ESCALATION_ZH)
+    )
+
+
+def _asks_for_details(text: str) -> bool:
+    norm = _normalize(text)
+    return bool(
+        _DETAILS_EN.search(norm) or _DETAILS_FA.search(norm) or any(p in norm for p in _DETAILS_ZH)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the input
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentChunk:
+    """One ``<doc>`` of the documents block, unescaped."""
+
+    chunk_id: str
+    doc_id: str
+    title: str
+    text: str
+
+
+_DOCUMENTS_BLOCK: Final = re.compile(r"<documents\b[^>]*>(.*?)</documents\s*>", re.DOTALL)
+_DOC: Final = re.compile(r"<doc\b([^>]*)>(.*?)</doc\s*>", re.DOTALL)
+_ATTRIBUTE: Final = re.compile(r'([A-Za-z_][\w.:-]*)\s*=\s*"([^"]*)"')
+
+
+def parse_documents(text: str) -> list[DocumentChunk]:
+    """The chunks of every ``<documents>`` block in ``text``, in order, first of each
+    ``chunk_id`` kept. A ``<doc>`` without ``chunk_id`` is skipped; a missing ``doc_id`` is
+    the ``chunk_id`` before ``#``."""
+    chunks: list[DocumentChunk] = []
+    seen: set[str] = set()
+    for block in _DOCUMENTS_BLOCK.finditer(text):
+        for doc in _DOC.finditer(block.group(1)):
+            attributes = {k: html.unescape(v) for k, v in _ATTRIBUTE.findall(doc.group(1))}
+            chunk_id = attributes.get("chunk_id", "")
+            if not chunk_id or chunk_id in seen:
+                continue
+            seen.add(chunk_id)
+            chunks.append(
+                DocumentChunk(
+                    chunk_id=chunk_id,
+                    doc_id=attributes.get("doc_id") or chunk_id.split("#", 1)[0],
+                    title=attributes.get("title", ""),
+                    text=html.unescape(doc.group(2)).strip(),
+                )
+            )
+    return chunks
+
+
+def _text(message: BaseMessage) -> str:
+    return str(message.text)
+
+
+def reply_metadata(message: BaseMessage) -> dict[str, Any] | None:
+    """The ``{"status", "citations"}`` this model attached to ``message``, if any."""
+    value = message.additional_kwargs.get(METADATA_KEY)
+    return cast("dict[str, Any]", value) if isinstance(value, dict) else None
+
+
+def _is_clarifying(message: AIMessage) -> bool:
+    """A clarifying reply: recognised by its text (what a real model would see) or by the
+    status this model attached to it."""
+    meta = reply_metadata(message)
+    if meta is not None and meta.get("status") == "clarifying":
+        return True
+    return _text(message).strip() in CLARIFYING_QUESTIONS.values()
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolResult:
+    doc_id: str | None
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Conversation:
+    question: str
+    language: Language
+    chunks: list[DocumentChunk]
+    tool_results: list[_ToolResult]
+    ends_with_tool_result: bool
+    previous_replies: list[AIMessage]
+
+
+def _read(messages: Sequence[BaseMessage]) -> _Conversation:
+    system = "\n".join(_text(m) for m in messages if isinstance(m, SystemMessage))
+    human_at = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
+    question = _text(messages[human_at]) if human_at >= 0 else ""
+
+    ends_with_tool_result = bool(messages) and isinstance(messages[-1], ToolMessage)
+    tool_results: list[_ToolResult] = []
+    if ends_with_tool_result:
+        start = len(messages)
+        while start > 0 and isinstance(messages[start - 1], ToolMessage):
+            start -= 1
+        requested: dict[str, str] = {}
+        for message in messages[:start]:
+            if isinstance(message, AIMessage):
+                for call in message.tool_calls:
+                    doc_id = call["args"].get("doc_id")
+                    if call.get("id") and isinstance(doc_id, str):
+                        requested[str(call["id"])] = doc_id
+        for message in messages[start:]:
+            assert isinstance(message, ToolMessage)
+            if message.status == "error":
+                continue
+            tool_results.append(_ToolResult(requested.get(message.tool_call_id), _text(message)))
+
+    previous_replies = [
+        m
+        for m in messages[: max(human_at, 0)]
+        if isinstance(m, AIMessage) and not m.tool_calls and _text(m).strip()
+    ]
+    return _Conversation(
+        question=question,
+        language=detect_language(question),
+        chunks=parse_documents(system),
+        tool_results=tool_results,
+        ends_with_tool_result=ends_with_tool_result,
+        previous_replies=previous_replies,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Composing the reply
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    content: str
+    language: Language
+    status: ReplyStatus | None = None
+    citations: tuple[str, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    sentence: str
+    score: int
+    in_user_script: bool
+    source: int  # chunk or tool-result index
+    position: int  # sentence index within the source
+    heading: bool  # a title-like line: the answer only when nothing else fits
+
+
+def _join(sentences: Sequence[str]) -> str:
+    out = ""
+    for sentence in sentences:
+        if out and not out.endswith(("。", "！", "？", "；")):
+            out += " "
+        out += sentence
+    return out
+
+
+def _clip(sentence: str) -> str:
+    if len(sentence) <= ANSWER_MAX_CHARS:
+        return sentence
+    cut = sentence[: ANSWER_MAX_CHARS - 1]
+    space = cut.rfind(" ")
+    if space > ANSWER_MAX_CHARS // 2:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+def _pick(candidates: list[_Candidate], limit: int, *, relevant_only: bool) -> list[_Candidate]:
+    """Best candidates (user's script first, body text before title-like lines, then score,
+    then order), at most ``limit`` sentences and :data:`ANSWER_MAX_CHARS` characters, in
+    reading order. Besides the best sentence, only body sentences scoring at least half as
+    much (from the same source) or as much (from another source) are added."""
+    ranked = sorted(
+        candidates,
+        key=lambda c: (not c.in_user_script, c.heading, -c.score, c.source, c.position),
+    )
+    if not ranked:
+        return []
+    best = ranked[0]
+    floor = max(1, math.ceil(best.score / 2)) if relevant_only else 0
+    chosen = [best]
+    used = len(_clip(best.sentence))
+    seen = {_normalize(best.sentence)}
+    for cand in ranked[1:]:
+        if len(chosen) >= limit:
+            break
+        key = _normalize(cand.sentence)
+        # other sources only when as strong as the best: keeps the answer on one topic
+        needed = floor if cand.source == best.source else max(floor, best.score)
+        if (
+            cand.score < needed
+            or cand.heading
+            or cand.in_user_script != best.in_user_script
+            or key in seen
+        ):
+            continue
+        if used + 1 + len(cand.sentence) > ANSWER_MAX_CHARS:
+            continue
+        chosen.append(cand)
+        used += 1 + len(cand.sentence)
+        seen.add(key)
+    return sorted(chosen, key=lambda c: (c.source, c.position))
+
+
+def _candidates(
+    sources: Sequence[str], question: frozenset[str], language: Language
+) -> list[_Candidate]:
+    """Every sentence of ``sources`` scored against the question terms."""
+    out: list[_Candidate] = []
+    for source, text in enumerate(sources):
+        for position, sentence in enumerate(_sentences(text)):
+            out.append(
+                _Candidate(
+                    sentence=sentence,
+                    score=len(question & _terms(sentence)),
+                    in_user_script=detect_language(sentence) == language,
+                    source=source,
+                    position=position,
+                    heading=_is_heading(sentence),
+                )
+            )
+    return out
+
+
+def _is_heading(line: str) -> bool:
+    """A short line without closing punctuation, e.g. a document title."""
+    if line.endswith((".", "!", "?", "؟", "。", "！", "？", "；", ":", "：", "…")):
+        return False
+    return len(line.split()) <= 6 and sum(1 for ch in line if _is_cjk(ch)) <= 12
+
+
+def _answer_from_chunks(conv: _Conversation) -> _Reply | None:
+    question = _terms(conv.question)
+    relevant = [
+        c
+        for c in _candidates([c.text for c in conv.chunks], question, conv.language)
+        if c.score > 0
+    ]
+    chosen = _pick(relevant, _CHUNK_ANSWER_MAX_SENTENCES, relevant_only=True)
+    if not chosen:
+        return None
+    citations = tuple(dict.fromkeys(conv.chunks[c.source].chunk_id for c in chosen))
+    content = _join([_clip(c.sentence) for c in chosen])
+    return _Reply(content, conv.language, "answered", citations)
+
+
+def _answer_from_tool(conv: _Conversation) -> _Reply | None:
+    question = _terms(conv.question)
+    candidates = _candidates([r.text for r in conv.tool_results], question, conv.language)
+    relevant = [c for c in candidates if c.score > 0]
+    if relevant:
+        chosen = _pick(relevant, _TOOL_ANSWER_MAX_SENTENCES, relevant_only=True)
+    else:  # a bare "details, please": the document's opening sentences
+        preferred = [c for c in candidates if c.in_user_script] or candidates
+        chosen = _pick(
+            sorted(preferred, key=lambda c: (c.source, c.position))[:_TOOL_ANSWER_MAX_SENTENCES],
+            _TOOL_ANSWER_MAX_SENTENCES,
+            relevant_only=False,
+        )
+    if not chosen:
+        return None
+    citations: list[str] = []
+    for source in dict.fromkeys(c.source for c in chosen):
+        doc_id = conv.tool_results[source].doc_id
+        doc_chunks = [ch for ch in conv.chunks if ch.doc_id == doc_id]
+        used = [
+            ch
+            for ch in doc_chunks
+            if any(_supports(ch, c.sentence) for c in chosen if c.source == source)
+        ]
+        citations.extend(ch.chunk_id for ch in (used or doc_chunks[:1]))
+    content = _join([_clip(c.sentence) for c in chosen])
+    return _Reply(content, conv.language, "answered", tuple(dict.fromkeys(citations)))
+
+
+def _supports(chunk: DocumentChunk, sentence: str) -> bool:
+    """Whether ``chunk`` holds ``sentence``: verbatim, or most of its terms."""
+    if _normalize(sentence) in _normalize(chunk.text):
+        return True
+    terms = _terms(sentence)
+    return bool(terms) and len(terms & _terms(chunk.text)) * 2 >= len(terms)
+
+
+def _tool_call_id(messages: Sequence[BaseMessage], doc_id: str) -> str:
+    """Deterministic call id: a short hash of the conversation and the requested doc."""
+    digest = hashlib.sha256()
+    for message in messages:
+        calls = message.tool_calls if isinstance(message, AIMessage) else []
+        digest.update(
+            json.dumps(
+                [message.type, _text(message), [[c["name"], c["args"]] for c in calls]],
+                ensure_ascii=False,
+                sort_keys=True,
+                default=str,
+            ).encode()
+        )
+    digest.update(doc_id.encode())
+    return "call_" + digest.hexdigest()[:24]
+
+
+def _top_doc_id(conv: _Conversation) -> str:
+    question = _terms(conv.question)
+    best = max(
+        enumerate(conv.chunks),
+        key=lambda item: (len(question & _terms(item[1].text)), -item[0]),
+    )
+    return best[1].doc_id
+
+
+def _compose(messages: Sequence[BaseMessage], tool_names: frozenset[str]) -> _Reply:
+    conv = _read(messages)
+    lang = conv.language
+    if conv.ends_with_tool_result:
+        reply = _answer_from_tool(conv) if conv.tool_results else None
+        if reply is None:
+            reply = _answer_from_chunks(conv)
+        return reply or _Reply(CLARIFYING_QUESTIONS[lang], lang, "clarifying")
+
+    repeated_clarifications = len(conv.previous_replies) >= 2 and all(
+        _is_clarifying(m) for m in conv.previous_replies[-2:]
+    )
+    if _asks_for_person(conv.question) or repeated_clarifications:
+        return _Reply(HANDOFF_MESSAGES[lang], lang, "escalate")
+
+    if FETCH_FAQ_DOCUMENT in tool_names and conv.chunks and _asks_for_details(conv.question):
+        doc_id = _top_doc_id(conv)
+        call = ToolCall(
+            name=FETCH_FAQ_DOCUMENT,
+            args={"doc_id": doc_id},
+            id=_tool_call_id(messages, doc_id),
+            type="tool_call",
+        )
+        return _Reply("", lang, tool_calls=(call,))
+
+    reply = _answer_from_chunks(conv)
+    return reply or _Reply(CLARIFYING_QUESTIONS[lang], lang, "clarifying")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokens and usage
+
+
+def stream_tokens(text: str, language: Language) -> list[str]:
+    """How a reply is streamed. ``fa``/``en``: a word plus its trailing whitespace. ``zh``: one
+    CJK character with any punctuation/whitespace after it attached; a run of other
+    characters (digits, Latin words) stays one token. ``"".join(tokens) == text``."""
+    if not text:
+        return []
+    if language != "zh":
+        tokens = re.findall(r"\S+\s*", text)
+        if not tokens:
+            return [text]
+        leading = text[: len(text) - len("".join(tokens))]
+        tokens[0] = leading + tokens[0]
+        return tokens
+    tokens = []
+    previous = ""  # kind of the previous character: "cjk", "run" or "space"
+    for char in text:
+        if _is_cjk(char):
+            tokens.append(char)
+            previous = "cjk"
+        elif char.isspace() or (previous == "cjk" and not char.isalnum()):
+            if tokens:
+                tokens[-1] += char
+            else:
+                tokens.append(char)
+            if char.isspace():
+                previous = "space"
+        elif previous == "run":
+            tokens[-1] += char
+        else:
+            tokens.append(char)
+            previous = "run"
+    return tokens
+
+
+def estimate_input_tokens(messages: Sequence[BaseMessage]) -> int:
+    """A rough input token count: every CJK character is one token, every other four
+    characters are one (over message text plus tool-call arguments as JSON)."""
+    parts: list[str] = []
+    for message in messages:
+        parts.append(_text(message))
+        if isinstance(message, AIMessage):
+            parts.extend(
+                json.dumps(c["args"], ensure_ascii=False, sort_keys=True)
+                for c in message.tool_calls
+            )
+    text = "".join(parts)
+    cjk = sum(1 for char in text if _is_cjk(char))
+    return cjk + math.ceil((len(text) - cjk) / 4)
+
+
+def _usage(input_tokens: int, output_tokens: int) -> UsageMetadata:
+    return UsageMetadata(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=input_tokens + output_tokens,
+    )
+
+
+def _tool_names(tools: Any) -> frozenset[str]:
+    names: set[str] = set()
+    for tool in tools or ():
+        spec = tool if isinstance(tool, dict) else convert_to_openai_tool(tool)
+        function = spec.get("function")
+        name = function.get("name") if isinstance(function, dict) else spec.get("name")
+        if isinstance(name, str):
+            names.add(name)
+    return frozenset(names)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+
+
+class BuiltinChatModel(BaseChatModel):
+    """Deterministic, offline FAQ assistant (see the module docstring for the rules).
+
+    ``bind_tools`` binds OpenAI-format tool specs like any provider; only a bound
+    ``fetch_faq_document`` is ever called (``tool_choice="none"`` disables it). ``stop``
+    sequences cut the reply text. ``token_delay_ms`` slows every streamed token (and
+    ``invoke``/``ainvoke`` by the same total) for demos and concurrency tests.
+    """
+
+    model_name: str = "threadkeeper-builtin"
+    token_delay_ms: float = Field(default=0.0, ge=0.0)
+
+    @property
+    def _llm_type(self) -> str:
+        return "threadkeeper-builtin"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": self.model_name}
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = LangSmithParams(
+            ls_provider="threadkeeper", ls_model_name=self.model_name, ls_model_type="chat"
+        )
+        if stop:
+            params["ls_stop"] = stop
+        return params
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools as OpenAI-format specs (``tools=[...]``), as providers do."""
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    # -- composing --------------------------------------------------------------------------
+
+    def _reply(
+        self, messages: list[BaseMessage], stop: list[str] | None, kwargs: Mapping[str, Any]
+    ) -> _Reply:
+        names = (
+            frozenset() if kwargs.get("tool_choice") == "none" else _tool_names(kwargs.get("tools"))
+        )
+        reply = _compose(messages, names)
+        if stop and reply.content:
+            cut = min((i for s in stop if s and (i := reply.content.find(s)) >= 0), default=-1)
+            if cut >= 0:
+                reply = _Reply(reply.content[:cut], reply.language, reply.status, reply.citations)
+        return reply
+
+    def _metadata(self, reply: _Reply) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``additional_kwargs`` and ``response_metadata`` of the reply."""
+        if reply.tool_calls:
+            return {}, {"model_name": self.model_name, "finish_reason": "tool_calls"}
+        status = {"status": reply.status, "citations": list(reply.citations)}
+        return {METADATA_KEY: status}, {"model_name": self.model_name, "finish_reason": "stop"}
+
+    def _message(self, messages: list[BaseMessage], reply: _Reply) -> AIMessage:
+        additional_kwargs, response_metadata = self._metadata(reply)
+        return AIMessage(
+            content=reply.content,
+            tool_calls=list(reply.tool_calls),
+            additional_kwargs=additional_kwargs,
+            response_metadata=response_metadata,
+            usage_metadata=_usage(estimate_input_tokens(messages), _output_tokens(reply)),
+        )
+
+    def _chunks(self, messages: list[BaseMessage], reply: _Reply) -> list[ChatGenerationChunk]:
+        """The stream: one chunk per token, the last one carrying the metadata and usage
+        (``chunk_position="last"``); a tool call is one chunk of ``tool_call_chunks``."""
+        additional_kwargs, response_metadata = self._metadata(reply)
+        usage = _usage(estimate_input_tokens(messages), _output_tokens(reply))
+        if reply.tool_calls:
+            last = AIMessageChunk(
+                content="",
+                tool_call_chunks=[
+                    tool_call_chunk(
+                        name=call["name"],
+                        args=json.dumps(call["args"], ensure_ascii=False, sort_keys=True),
+                        id=call["id"],
+                        index=index,
+                    )
+                    for index, call in enumerate(reply.tool_calls)
+                ],
+                response_metadata=response_metadata,
+                usage_metadata=usage,
+                chunk_position="last",
+            )
+            return [ChatGenerationChunk(message=last)]
+        tokens = stream_tokens(reply.content, reply.language) or [""]
+        chunks = [ChatGenerationChunk(message=AIMessageChunk(content=t)) for t in tokens[:-1]]
+        last = AIMessageChunk(
+            content=tokens[-1],
+            additional_kwargs=additional_kwargs,
+            response_metadata=response_metadata,
+            usage_metadata=usage,
+            chunk_position="last",
+        )
+        chunks.append(ChatGenerationChunk(message=last))
+        return chunks
+
+    @property
+    def _delay_seconds(self) -> float:
+        return self.token_delay_ms / 1000.0
+
+    # -- BaseChatModel ----------------------------------------------------------------------
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        reply = self._reply(messages, stop, kwargs)
+        if self._delay_seconds:
+            time.sleep(self._delay_seconds * _stream_length(reply))
+        return ChatResult(generations=[ChatGeneration(message=self._message(messages, reply))])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        reply = self._reply(messages, stop, kwargs)
+        if self._delay_seconds:
+            await asyncio.sleep(self._delay_seconds * _stream_length(reply))
+        return ChatResult(generations=[ChatGeneration(message=self._message(messages, reply))])
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        # Token callbacks are fired by BaseChatModel for every yielded chunk.
+        for chunk in self._chunks(messages, self._reply(messages, stop, kwargs)):
+            if self._delay_seconds:
+                time.sleep(self._delay_seconds)
+            yield chunk
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        # Token callbacks are fired by BaseChatModel for every yielded chunk; cancellation
+        # propagates from the sleep.
+        for chunk in self._chunks(messages, self._reply(messages, stop, kwargs)):
+            if self._delay_seconds:
+                await asyncio.sleep(self._delay_seconds)
+            yield chunk
+
+
+def _output_tokens(reply: _Reply) -> int:
+    """Streamed tokens of the reply (a tool call counts one per call)."""
+    if reply.tool_calls:
+        return len(reply.tool_calls)
+    return len(stream_tokens(reply.content, reply.language))
+
+
+def _stream_length(reply: _Reply) -> int:
+    """Number of chunks ``_astream`` yields for the reply (delays are applied per chunk)."""
+    if reply.tool_calls:
+        return 1
+    return max(1, len(stream_tokens(reply.content, reply.language)))

@@ -1,0 +1,157 @@
+"""Configuration: ``THREADKEEPER_*`` environment variables, optionally a YAML file named by
+``THREADKEEPER_CONFIG`` with the same keys; the environment wins. Names and defaults are
+DESIGN.md's — other tools rely on them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+PREFIX = "THREADKEEPER_"
+
+Profile = Literal["embedded", "postgres", "redis-mysql"]
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the setting."""
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    profile: Profile = "embedded"
+    data_dir: str = "./var"
+    postgres_url: str = "postgresql://postgres@127.0.0.1:5432/test"
+    redis_url: str = "redis://127.0.0.1:6380/0"
+    mysql_url: str = "mysql+asyncmy://root@127.0.0.1:3306/test"
+    service_token: str | None = None
+    service_tokens: dict[str, list[str]] | None = None
+    thread_scope: Literal["user", "global"] = "user"
+    hooks: str | None = None
+    """``None``: the profile's default pipeline."""
+    token_budget: int = 8000
+    tokenizer: str = "o200k_base"
+    summary_after_turns: int = 20
+    tool_result_max_chars: int = 2000
+    memory_max_facts: int = 50
+    checkpoint_ttl_minutes: int = 10080
+    lock_ttl_seconds: int = 30
+    retention_days: int | None = None
+    retention_sweep_minutes: int = 0
+    rate_limit_per_minute: int = 0
+    model: str = "builtin"
+    model_token_delay_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        positive = {
+            "token_budget": self.token_budget,
+            "tool_result_max_chars": self.tool_result_max_chars,
+            "memory_max_facts": self.memory_max_facts,
+            "checkpoint_ttl_minutes": self.checkpoint_ttl_minutes,
+            "lock_ttl_seconds": self.lock_ttl_seconds,
+        }
+        for name, value in positive.items():
+            if value < 1:
+                raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
+        non_negative: dict[str, float] = {
+            "summary_after_turns": self.summary_after_turns,
+            "retention_sweep_minutes": self.retention_sweep_minutes,
+            "rate_limit_per_minute": self.rate_limit_per_minute,
+            "model_token_delay_ms": self.model_token_delay_ms,
+        }
+        for name, amount in non_negative.items():
+            if amount < 0:
+                raise ConfigError(f"{PREFIX}{name.upper()} must not be negative")
+        if self.retention_days is not None and self.retention_days < 1:
+            raise ConfigError(f"{PREFIX}RETENTION_DAYS must be positive when set")
+        if self.profile != "embedded" and not (self.service_token or self.service_tokens):
+            raise ConfigError(
+                f"{PREFIX}SERVICE_TOKEN is required outside the embedded profile "
+                f"(profile {self.profile!r})"
+            )
+
+    @property
+    def transcript_in_checkpoints(self) -> bool:
+        return self.profile != "redis-mysql"
+
+    def hook_names(self) -> str:
+        from threadkeeper.hooks.pipeline import DEFAULT_HOOKS, DESTRUCTIVE_DEFAULT_HOOKS
+
+        if self.hooks is not None:
+            return self.hooks
+        return DEFAULT_HOOKS if self.transcript_in_checkpoints else DESTRUCTIVE_DEFAULT_HOOKS
+
+    def as_config(self) -> dict[str, Any]:
+        """The settings as dependency-injector configuration (lower-case keys)."""
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+
+
+_FIELDS = {name: f"{PREFIX}{name.upper()}" for name in Settings.__struct_fields__}
+_STRUCTURED = {"service_tokens"}
+
+
+def _raw(source: Mapping[str, Any]) -> dict[str, Any]:
+    raw: dict[str, Any] = {}
+    for name, variable in _FIELDS.items():
+        if variable in source and source[variable] not in (None, ""):
+            raw[name] = source[variable]
+    return raw
+
+
+def _parse_structured(name: str, value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{PREFIX}{name.upper()} is not YAML/JSON: {exc}") from exc
+    return value
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from the YAML file (if ``THREADKEEPER_CONFIG``) overlaid by the environment."""
+    env = os.environ if environ is None else environ
+    merged: dict[str, Any] = {}
+    config_path = env.get(f"{PREFIX}CONFIG")
+    if config_path:
+        path = Path(config_path)
+        if not path.is_file():
+            raise ConfigError(f"{PREFIX}CONFIG names {path}, which is not a file")
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path} must hold a mapping of {PREFIX}* keys")
+        unknown = sorted(k for k in loaded if k not in _FIELDS.values())
+        if unknown:
+            raise ConfigError(f"{path}: unknown setting(s) {', '.join(map(str, unknown))}")
+        merged.update(_raw(loaded))
+    merged.update(_raw(env))
+    for name in _STRUCTURED & merged.keys():
+        merged[name] = _parse_structured(name, merged[name])
+    try:
+        return msgspec.convert(merged, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_explain(str(exc))) from exc
+    except ConfigError:
+        raise
+
+
+def _explain(message: str) -> str:
+    # msgspec says "Expected `int`, got `str` - at `$.token_budget`"; name the variable instead.
+    if "at `$." in message:
+        head, _, where = message.partition(" - at `$.")
+        field = where.split("`")[0].split(".")[0].split("[")[0]
+        return f"{_FIELDS.get(field, field)}: {head}"
+    return message
+
+
+def describe(settings: Settings) -> str:
+    """The effective settings, secrets masked (for ``threadkeeper doctor``)."""
+    shown = settings.as_config()
+    for secret in ("service_token", "service_tokens"):
+        if shown.get(secret):
+            shown[secret] = "***"
+    return json.dumps({_FIELDS[k]: v for k, v in shown.items()}, indent=2, ensure_ascii=False)

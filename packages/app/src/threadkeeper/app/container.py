@@ -1,0 +1,128 @@
+"""The composition root's container: configuration in, a running service out.
+
+The profile is chosen by ``providers.Selector(config.profile, …)``; storage backends are
+``Resource`` providers, opened and closed with the application (the Litestar lifespan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from dependency_injector import containers, providers
+from langchain_core.language_models import BaseChatModel
+
+from threadkeeper.adapters.atomic import AtomicSaver
+from threadkeeper.adapters.embedded import open_embedded
+from threadkeeper.adapters.knowledge import KnowledgeBase, fetch_faq_document_tool
+from threadkeeper.app.agent import SYSTEM_PROMPT, build_agent, observe_window
+from threadkeeper.app.builtin_model import BuiltinChatModel
+from threadkeeper.app.config import ConfigError, Settings
+from threadkeeper.app.counters import counter_from_name
+from threadkeeper.app.runs import RunService
+from threadkeeper.domain.memory import MemoryRules
+from threadkeeper.domain.threads import ThreadScope
+from threadkeeper.domain.tokens import TokenCounter
+from threadkeeper.hooks import HookSettings, build_pipeline
+
+
+class ProfileUnavailable(ConfigError):
+    """The configured profile's adapters are not part of this build yet."""
+
+
+async def embedded_backend(data_dir: str) -> AsyncIterator[Any]:
+    async with open_embedded(data_dir) as backend:
+        yield backend
+
+
+async def unavailable_backend(profile: str) -> AsyncIterator[Any]:
+    raise ProfileUnavailable(
+        f"the {profile} profile is not available yet; use THREADKEEPER_PROFILE=embedded"
+    )
+    yield  # pragma: no cover - makes this an async generator resource
+
+
+def build_model(name: str, token_delay_ms: float) -> BaseChatModel:
+    """``builtin`` or any LangChain chat model by ``init_chat_model`` string."""
+    if name == "builtin":
+        return BuiltinChatModel(token_delay_ms=token_delay_ms)
+    from langchain.chat_models import init_chat_model
+
+    try:
+        return init_chat_model(name)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"THREADKEEPER_MODEL={name!r}: {exc}") from exc
+
+
+def build_service(
+    *,
+    settings: Settings,
+    backend: Any,
+    counter: TokenCounter,
+    knowledge: KnowledgeBase,
+    model: BaseChatModel,
+) -> RunService:
+    hook_settings = HookSettings(
+        budget=settings.token_budget,
+        counter=counter,
+        summary_after_turns=settings.summary_after_turns,
+        tool_result_max_chars=settings.tool_result_max_chars,
+        system_prompt=SYSTEM_PROMPT,
+        observer=observe_window,
+    )
+    hooks: Sequence[Any] = build_pipeline(
+        settings.hook_names(),
+        hook_settings,
+        allow_destructive=not settings.transcript_in_checkpoints,
+    )
+    saver = AtomicSaver(backend.saver)
+    agent = build_agent(
+        model=model,
+        tools=[fetch_faq_document_tool(knowledge)],
+        knowledge=knowledge,
+        history_hooks=hooks,
+        checkpointer=saver,
+        store=backend.store,
+    )
+    return RunService(
+        agent=agent,
+        saver=saver,
+        backend=backend,
+        retention=backend.retention,
+        counter=counter,
+        budget=settings.token_budget,
+        scope=ThreadScope(settings.thread_scope),
+        rules=MemoryRules(max_facts=settings.memory_max_facts),
+        prompt=SYSTEM_PROMPT,
+    )
+
+
+class Container(containers.DeclarativeContainer):
+    config = providers.Configuration(strict=True)
+    settings = providers.Dependency(instance_of=Settings)
+
+    counter = providers.Singleton(counter_from_name, config.tokenizer)
+    knowledge = providers.Singleton(KnowledgeBase.from_directory)
+    model = providers.Singleton(build_model, config.model, config.model_token_delay_ms)
+
+    backend = providers.Selector(
+        config.profile,
+        embedded=providers.Resource(embedded_backend, config.data_dir),
+        postgres=providers.Resource(unavailable_backend, "postgres"),
+        **{"redis-mysql": providers.Resource(unavailable_backend, "redis-mysql")},
+    )
+
+    service = providers.Singleton(
+        build_service,
+        settings=settings,
+        backend=backend,
+        counter=counter,
+        knowledge=knowledge,
+        model=model,
+    )
+
+
+def make_container(settings: Settings) -> Container:
+    container = Container(settings=settings)
+    container.config.from_dict(settings.as_config())
+    return container

@@ -1,0 +1,84 @@
+"""``create_http_app``: the Litestar application of threadkeeper's HTTP contract.
+
+Organised as one ``InitPlugin`` whose small ``_configure_*`` steps each add one concern
+(routes, auth, problems, OpenAPI, metrics, lifespan) to the app config.
+"""
+
+from __future__ import annotations
+
+from litestar import Litestar, Router
+from litestar.config.app import AppConfig
+from litestar.di import Provide
+from litestar.plugins import InitPlugin
+from litestar.plugins.problem_details import ProblemDetailsPlugin
+
+from threadkeeper.app.http.auth import BEARER_SCHEME, TokenTable, service_token_guard
+from threadkeeper.app.http.openapi import openapi_config
+from threadkeeper.app.http.ops import MetricsController, live, prometheus_config, ready
+from threadkeeper.app.http.problems import problem_details_config
+from threadkeeper.app.http.routes import V1_HANDLERS, provide_caller
+from threadkeeper.app.http.settings import HttpSettings
+from threadkeeper.app.service import ThreadService
+
+
+class ThreadkeeperHttpPlugin(InitPlugin):
+    """Adds the threadkeeper HTTP contract over ``service`` to a Litestar app."""
+
+    def __init__(self, service: ThreadService, settings: HttpSettings) -> None:
+        self._service = service
+        self._settings = settings
+
+    def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        self._configure_routes(app_config)
+        self._configure_problems(app_config)
+        self._configure_openapi(app_config)
+        self._configure_metrics(app_config)
+        self._configure_lifespan(app_config)
+        app_config.debug = self._settings.debug
+        return app_config
+
+    def _provide_service(self) -> ThreadService:
+        return self._service
+
+    def _configure_routes(self, app_config: AppConfig) -> None:
+        settings = self._settings
+        guards = (
+            [service_token_guard(TokenTable(settings.tokens()))] if settings.auth_enabled else []
+        )
+        v1 = Router(
+            path="/v1",
+            route_handlers=V1_HANDLERS,
+            dependencies={"caller": Provide(provide_caller)},
+            guards=guards,
+            security=[{BEARER_SCHEME: []}] if settings.auth_enabled else None,
+            tags=["v1"],
+            request_max_body_size=settings.max_body_bytes,
+        )
+        app_config.route_handlers.extend([v1, live, ready])
+        app_config.dependencies["service"] = Provide(self._provide_service, sync_to_thread=False)
+
+    def _configure_problems(self, app_config: AppConfig) -> None:
+        ProblemDetailsPlugin(problem_details_config(debug=self._settings.debug)).on_app_init(
+            app_config
+        )
+
+    def _configure_openapi(self, app_config: AppConfig) -> None:
+        app_config.openapi_config = openapi_config(
+            self._settings.openapi_title,
+            self._settings.openapi_version,
+            bearer=self._settings.auth_enabled,
+        )
+
+    def _configure_metrics(self, app_config: AppConfig) -> None:
+        app_config.middleware.append(prometheus_config().middleware)
+        app_config.route_handlers.append(MetricsController)
+
+    def _configure_lifespan(self, app_config: AppConfig) -> None:
+        app_config.on_startup.extend(self._settings.on_startup)
+        app_config.on_shutdown.extend(self._settings.on_shutdown)
+        app_config.lifespan.extend(self._settings.lifespan)
+
+
+def create_http_app(service: ThreadService, settings: HttpSettings) -> Litestar:
+    """The HTTP API over ``service`` (see DESIGN "HTTP contract" and docs/api.md)."""
+    return Litestar(plugins=[ThreadkeeperHttpPlugin(service, settings)])

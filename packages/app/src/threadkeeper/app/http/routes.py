@@ -1,0 +1,348 @@
+"""The ``/v1`` route handlers: headers and paths into a ``Caller`` and arguments, results into
+bodies. Everything else happens behind ``ThreadService``."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Request, Response, delete, get, post
+from litestar.di import NamedDependency
+from litestar.exceptions import ClientException
+from litestar.openapi import ResponseSpec
+from litestar.params import (
+    HeaderParameter,
+    JSONBody,
+    PathParameter,
+    QueryParameter,
+    SkipValidation,
+)
+from litestar.types import BeforeRequestHookHandler
+
+from threadkeeper.app.http.negotiation import JSON, choose_representation
+from threadkeeper.app.http.openapi import ContractOperation, RunOperation, problems
+from threadkeeper.app.http.problems import http_problem, invalid, invalid_body
+from threadkeeper.app.http.schemas import (
+    ID_PATTERN,
+    LOCALE_HEADER,
+    LOCALE_PATTERN,
+    TENANT_HEADER,
+    THREAD_ID_PATTERN,
+    USER_HEADER,
+    UUID_PATTERN,
+    CitationOut,
+    ErasureReceiptOut,
+    FeedbackBody,
+    MemoryEntryOut,
+    MemoryOut,
+    MemoryResetOut,
+    MemorySourceOut,
+    MessagesPageOut,
+    RunBody,
+    RunResultOut,
+    TranscriptMessageOut,
+    exact,
+)
+from threadkeeper.app.http.sse import EventRelay
+from threadkeeper.app.service import (
+    MAX_MESSAGE_BYTES,
+    Caller,
+    MemoryEntry,
+    RunMessage,
+    RunRequest,
+    ThreadService,
+)
+from threadkeeper.domain.transcript import MAX_PAGE, TranscriptMessage
+
+# --- parameters -----------------------------------------------------------------------------
+
+TenantHeader = Annotated[
+    str,
+    HeaderParameter(
+        name=TENANT_HEADER,
+        pattern=ID_PATTERN,
+        min_length=1,
+        max_length=128,
+        description="The tenant the call acts for; scopes everything.",
+    ),
+]
+UserHeader = Annotated[
+    str,
+    HeaderParameter(
+        name=USER_HEADER,
+        pattern=ID_PATTERN,
+        min_length=1,
+        max_length=128,
+        description="The end user the call acts for.",
+    ),
+]
+LocaleHeader = Annotated[
+    str | None,
+    HeaderParameter(
+        name=LOCALE_HEADER,
+        pattern=LOCALE_PATTERN,
+        max_length=64,
+        required=False,
+        description="The user's locale, loosely BCP 47 (en, fa-IR, zh-Hans-CN).",
+    ),
+]
+ThreadIdPath = Annotated[
+    str,
+    PathParameter(
+        pattern=THREAD_ID_PATTERN,
+        min_length=1,
+        max_length=128,
+        description="The caller's thread id (stored under the tenant, and the user by default).",
+    ),
+]
+RunIdPath = Annotated[
+    str, PathParameter(pattern=UUID_PATTERN, description="A run id (UUID).", min_length=36)
+]
+UserIdPath = Annotated[
+    str,
+    PathParameter(
+        pattern=ID_PATTERN,
+        min_length=1,
+        max_length=128,
+        description="Must equal X-User-Id (403 otherwise).",
+    ),
+]
+LimitQuery = Annotated[
+    int, QueryParameter(ge=1, le=MAX_PAGE, description=f"Messages per page, 1–{MAX_PAGE}.")
+]
+BeforeQuery = Annotated[
+    str | None,
+    QueryParameter(
+        pattern=THREAD_ID_PATTERN,
+        min_length=1,
+        max_length=128,
+        required=False,
+        description="A message id: the page ends just before it (`next_before` of a page).",
+    ),
+]
+
+
+Service = SkipValidation[NamedDependency[ThreadService]]
+CallerDep = NamedDependency[Caller]
+"""The service, injected as is (a Protocol cannot be validated)."""
+
+
+async def provide_caller(
+    x_tenant_id: TenantHeader, x_user_id: UserHeader, x_locale: LocaleHeader = None
+) -> Caller:
+    """The ``Caller`` of every ``/v1`` handler, from the trusted headers."""
+    return Caller(tenant_id=x_tenant_id, user_id=x_user_id, locale=x_locale)
+
+
+def strict_json_body(body_type: type[Any]) -> BeforeRequestHookHandler:
+    """A ``before_request`` hook decoding the body strictly as ``body_type``.
+
+    Litestar converts bodies in lax mode (``"1"`` would pass for ``1``); the contract wants
+    every wrongly typed field refused (422), and a body that is not JSON at all is 400.
+    """
+    decoder = msgspec.json.Decoder(body_type)
+
+    async def check(request: Request[Any, Any, Any]) -> None:
+        try:
+            decoder.decode(await request.body())
+        except msgspec.ValidationError as exc:
+            raise invalid_body(exc) from exc
+        except msgspec.DecodeError as exc:
+            raise ClientException(f"The body is not JSON: {exc}") from exc
+
+    return check
+
+
+def _exact(value: str, pattern: str, key: str, source: str) -> str:
+    if not exact(pattern, value):
+        raise invalid(key, source, f"Expected `str` matching regex {pattern!r}")
+    return value
+
+
+def _thread_id(value: str) -> str:
+    return _exact(value, THREAD_ID_PATTERN, "thread_id", "path")
+
+
+def _run_id(value: str, source: str = "path") -> str:
+    """The canonical (lower-case) form, so a retry matches however the client spelled it."""
+    return str(uuid.UUID(_exact(value, UUID_PATTERN, "run_id", source)))
+
+
+def _own_user(caller: Caller, user_id: str) -> None:
+    _exact(user_id, ID_PATTERN, "user_id", "path")
+    if user_id != caller.user_id:
+        raise http_problem(403, "The path's user_id must equal X-User-Id.")
+
+
+# --- threads --------------------------------------------------------------------------------
+
+
+@post(
+    "/threads/{thread_id:str}/runs",
+    status_code=200,
+    before_request=strict_json_body(RunBody),
+    operation_class=RunOperation,
+    responses={
+        200: ResponseSpec(
+            data_container=RunResultOut, description="The run.", generate_examples=False
+        ),
+        **problems(400, 401, 403, 406, 409, 413, 422, 500, 503),
+    },
+)
+async def start_run(
+    request: Request[Any, Any, Any],
+    service: Service,
+    caller: CallerDep,
+    thread_id: ThreadIdPath,
+    data: JSONBody[RunBody],
+) -> Response[Any]:
+    """One run: one user message in, one answer out (SSE unless Accept prefers JSON).
+
+    Unknown threads are created. A completed ``run_id`` returns its stored body, no new run.
+    """
+    _thread_id(thread_id)
+    representation = choose_representation(request.headers.get("accept"))
+    if representation is None:
+        raise http_problem(406, "This endpoint produces text/event-stream or application/json.")
+    content = data.message.content
+    if len(content.encode("utf-8")) > MAX_MESSAGE_BYTES:
+        raise http_problem(
+            413,
+            f"The message is over {MAX_MESSAGE_BYTES} bytes of UTF-8.",
+            slug="message-too-large",
+            title="Message too large",
+        )
+    run_request = RunRequest(
+        message=RunMessage(content=content, id=data.message.id),
+        run_id=_run_id(data.run_id, "body") if data.run_id is not None else None,
+    )
+    handle = await service.start_run(caller, thread_id, run_request)
+    if representation == JSON:
+        return Response(await handle.result(), media_type=JSON, status_code=200)
+    return (await EventRelay.start(handle.events())).response()
+
+
+def _message_out(message: TranscriptMessage) -> TranscriptMessageOut:
+    return TranscriptMessageOut(
+        id=message.id,
+        role=message.role,
+        content=message.content,
+        citations=[CitationOut(c.chunk_id, c.doc_id, c.title) for c in message.citations],
+        created_at=message.created_at,
+    )
+
+
+@get(
+    "/threads/{thread_id:str}/messages",
+    operation_class=ContractOperation,
+    responses=problems(401, 403, 404, 422, 500, 503),
+)
+async def list_messages(
+    service: Service,
+    caller: CallerDep,
+    thread_id: ThreadIdPath,
+    limit: LimitQuery = 20,
+    before: BeforeQuery = None,
+) -> MessagesPageOut:
+    """A page of the transcript, oldest→newest: human messages and non-empty AI answers."""
+    _thread_id(thread_id)
+    if before is not None:
+        _exact(before, THREAD_ID_PATTERN, "before", "query")
+    page = await service.messages(caller, thread_id, limit=limit, before=before)
+    return MessagesPageOut([_message_out(m) for m in page.messages], page.next_before)
+
+
+@delete(
+    "/threads/{thread_id:str}",
+    status_code=204,
+    operation_class=ContractOperation,
+    responses=problems(401, 403, 422, 500, 503),
+)
+async def delete_thread(service: Service, caller: CallerDep, thread_id: ThreadIdPath) -> None:
+    """Delete the thread with its checkpoints, archive, run records and feedback (not the
+    user's memory); 204 also when it is already gone."""
+    await service.delete_thread(caller, _thread_id(thread_id))
+
+
+@post(
+    "/threads/{thread_id:str}/runs/{run_id:str}/feedback",
+    status_code=204,
+    before_request=strict_json_body(FeedbackBody),
+    operation_class=ContractOperation,
+    responses=problems(400, 401, 403, 404, 422, 500, 503),
+)
+async def add_feedback(
+    service: Service,
+    caller: CallerDep,
+    thread_id: ThreadIdPath,
+    run_id: RunIdPath,
+    data: JSONBody[FeedbackBody],
+) -> None:
+    """Thumbs up (1) or down (-1) on a completed run, with an optional comment."""
+    await service.add_feedback(
+        caller, _thread_id(thread_id), _run_id(run_id), data.score, data.comment
+    )
+
+
+# --- users ----------------------------------------------------------------------------------
+
+
+def _entry_out(entry: MemoryEntry) -> MemoryEntryOut:
+    source = msgspec.convert(entry.source, MemorySourceOut, strict=False)
+    return MemoryEntryOut(key=entry.key, value=entry.value, source=source)
+
+
+@get(
+    "/users/{user_id:str}/memory",
+    operation_class=ContractOperation,
+    responses=problems(401, 403, 422, 500, 503),
+)
+async def get_memory(service: Service, caller: CallerDep, user_id: UserIdPath) -> MemoryOut:
+    """What is remembered about the user in this tenant, with provenance."""
+    _own_user(caller, user_id)
+    view = await service.memory(caller)
+    return MemoryOut(
+        profile=[_entry_out(e) for e in view.profile], facts=[_entry_out(e) for e in view.facts]
+    )
+
+
+@delete(
+    "/users/{user_id:str}/memory",
+    status_code=200,
+    operation_class=ContractOperation,
+    responses=problems(401, 403, 422, 500, 503),
+)
+async def reset_memory(service: Service, caller: CallerDep, user_id: UserIdPath) -> MemoryResetOut:
+    """Forget the user's profile and facts in this tenant; the count deleted."""
+    _own_user(caller, user_id)
+    return MemoryResetOut(memory_items=await service.reset_memory(caller))
+
+
+@delete(
+    "/users/{user_id:str}",
+    status_code=200,
+    operation_class=ContractOperation,
+    responses=problems(401, 403, 422, 500, 503),
+)
+async def erase_user(service: Service, caller: CallerDep, user_id: UserIdPath) -> ErasureReceiptOut:
+    """Erase everything of the user in this tenant; a receipt of the counts deleted."""
+    _own_user(caller, user_id)
+    receipt = await service.erase_user(caller)
+    return ErasureReceiptOut(
+        threads=receipt.threads,
+        messages=receipt.messages,
+        memory_items=receipt.memory_items,
+        feedback=receipt.feedback,
+    )
+
+
+V1_HANDLERS = [
+    start_run,
+    list_messages,
+    delete_thread,
+    add_feedback,
+    get_memory,
+    reset_memory,
+    erase_user,
+]

@@ -1,0 +1,198 @@
+"""Request and response bodies of the HTTP contract (msgspec Structs; the field names are the
+contract). Patterns are written so JSON Schema (ECMA-262) and Python read them alike; values
+are additionally matched in full (``exact``), since Python's ``$`` also accepts a final newline.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from threadkeeper.domain.threads import TENANT_OR_USER_ID, THREAD_ID
+
+TENANT_HEADER = "X-Tenant-Id"
+USER_HEADER = "X-User-Id"
+LOCALE_HEADER = "X-Locale"
+
+ID_PATTERN = TENANT_OR_USER_ID.pattern
+"""``X-Tenant-Id``, ``X-User-Id`` and the ``user_id`` path segment."""
+THREAD_ID_PATTERN = THREAD_ID.pattern
+"""``thread_id`` path segments, message ids (body ``message.id``, query ``before``)."""
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+LOCALE_PATTERN = r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*$"
+"""``X-Locale``: loosely BCP 47 (``en``, ``fa-IR``, ``zh-Hans-CN``, ``zh_CN``)."""
+NOT_BLANK_PATTERN = r"\S"
+
+MAX_COMMENT_CHARS = 2000
+
+
+def exact(pattern: str, value: str) -> bool:
+    """``value`` matches ``pattern`` entirely (no final newline slipping past ``$``)."""
+    return re.fullmatch(pattern.removeprefix("^").removesuffix("$"), value) is not None
+
+
+# --- requests -------------------------------------------------------------------------------
+
+MessageId = Annotated[str, msgspec.Meta(pattern=THREAD_ID_PATTERN, min_length=1, max_length=128)]
+
+
+class RunMessageBody(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    content: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=NOT_BLANK_PATTERN,
+            description="The user's message; not blank; at most 32 KiB of UTF-8 (else 413).",
+        ),
+    ]
+    id: MessageId | None = None
+
+    def __post_init__(self) -> None:
+        if self.id is not None and not exact(THREAD_ID_PATTERN, self.id):
+            raise ValueError(f"Expected `str` matching regex {THREAD_ID_PATTERN!r}")
+
+
+class RunBody(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``POST /v1/threads/{thread_id}/runs``."""
+
+    message: RunMessageBody
+    run_id: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=UUID_PATTERN,
+                description="Client-chosen run id; a completed run_id returns its stored body.",
+            ),
+        ]
+        | None
+    ) = None
+
+    def __post_init__(self) -> None:
+        if self.run_id is not None and not exact(UUID_PATTERN, self.run_id):
+            raise ValueError(f"Expected `str` matching regex {UUID_PATTERN!r}")
+
+
+class FeedbackBody(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """``POST /v1/threads/{thread_id}/runs/{run_id}/feedback``."""
+
+    score: Literal[1, -1]
+    comment: Annotated[str, msgspec.Meta(max_length=MAX_COMMENT_CHARS)] | None = None
+
+
+# --- responses ------------------------------------------------------------------------------
+
+
+class CitationOut(msgspec.Struct, frozen=True):
+    chunk_id: str
+    doc_id: str
+    title: str
+
+
+class AnswerOut(msgspec.Struct, frozen=True):
+    id: str
+    role: Literal["ai"]
+    content: str
+    citations: list[CitationOut]
+
+
+class UsageOut(msgspec.Struct, frozen=True):
+    input_tokens: int
+    output_tokens: int
+
+
+class RunResultOut(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The JSON-mode body of a run, and the data of its SSE ``end`` event."""
+
+    run_id: str
+    thread_id: str
+    status: Literal["answered", "clarifying", "escalate"]
+    message: AnswerOut
+    usage: UsageOut
+    handoff_context: dict[str, Any] | None = None
+    """Only with ``status == "escalate"``: conversation_summary, profile, recent_messages."""
+
+
+class TranscriptMessageOut(msgspec.Struct, frozen=True):
+    id: str
+    role: Literal["human", "ai"]
+    content: str
+    citations: list[CitationOut]
+    created_at: datetime
+
+
+class MessagesPageOut(msgspec.Struct, frozen=True):
+    """``GET /v1/threads/{thread_id}/messages``: oldest→newest; ``next_before`` pages older."""
+
+    messages: list[TranscriptMessageOut]
+    next_before: str | None
+
+
+class MemorySourceOut(msgspec.Struct, frozen=True):
+    thread_id: str | None
+    message_id: str | None
+    at: datetime | None
+
+
+class MemoryEntryOut(msgspec.Struct, frozen=True):
+    key: str
+    value: str
+    source: MemorySourceOut
+
+
+class MemoryOut(msgspec.Struct, frozen=True):
+    """``GET /v1/users/{user_id}/memory``."""
+
+    profile: list[MemoryEntryOut]
+    facts: list[MemoryEntryOut]
+
+
+class MemoryResetOut(msgspec.Struct, frozen=True):
+    """``DELETE /v1/users/{user_id}/memory``: how many items were deleted."""
+
+    memory_items: int
+
+
+class ErasureReceiptOut(msgspec.Struct, frozen=True):
+    """``DELETE /v1/users/{user_id}``: counts deleted."""
+
+    threads: int
+    messages: int
+    memory_items: int
+    feedback: int
+
+
+class LiveOut(msgspec.Struct, frozen=True):
+    status: Literal["ok"]
+
+
+class ReadyOut(msgspec.Struct, frozen=True):
+    status: Literal["ok"]
+    checks: dict[str, str]
+    """Each backend's state, all ``"ok"``."""
+
+
+class ValidationErrorOut(msgspec.Struct, frozen=True, omit_defaults=True):
+    message: str
+    key: str | None = None
+    source: str | None = None
+    """``header``, ``path``, ``query`` or ``body``."""
+
+
+class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
+    """RFC 9457 problem details (``application/problem+json``) with threadkeeper's members."""
+
+    type: str
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    running_run_id: str | None = None
+    """409 thread busy: the run in flight."""
+    message_id: str | None = None
+    """409 duplicate message: the id already in the thread."""
+    errors: list[ValidationErrorOut] | None = None
+    """422: one entry per invalid header, path or query parameter or body field."""
+    checks: dict[str, str] | None = None
+    """503 not ready: each backend's state."""

@@ -1,0 +1,486 @@
+"""The run service: one run per message, atomic, streamed — ``ThreadService`` implemented.
+
+A run executes in its own task. Its checkpoint writes are staged (``AtomicSaver``) and
+committed only when the graph finished; then the run record is saved and memory written; then
+the thread's lock is released; only then is ``end`` sent (or the JSON body returned). A run
+that ends any other way — the SSE client gone, an error, a crash — leaves the thread as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol, cast
+
+import msgspec
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
+
+from threadkeeper.adapters.atomic import AtomicSaver
+from threadkeeper.adapters.checkpoint_retention import delete_store_prefix
+from threadkeeper.app.agent import PROMPT_VERSION, RunTrace, current_trace, load_memory
+from threadkeeper.app.service import (
+    MAX_MESSAGE_BYTES,
+    Caller,
+    DuplicateMessage,
+    MemoryEntry,
+    MemoryView,
+    MessageTooLong,
+    RunEvent,
+    RunFailed,
+    RunRequest,
+)
+from threadkeeper.domain.errors import MessageTooLarge, UnknownThread
+from threadkeeper.domain.extraction import RoundText, extract_and_plan
+from threadkeeper.domain.locks import RunLock
+from threadkeeper.domain.memory import (
+    MemoryItem,
+    MemoryKind,
+    MemoryRules,
+    Provenance,
+    memory_namespace,
+)
+from threadkeeper.domain.retention import ErasureReceipt
+from threadkeeper.domain.runs import Feedback, ModelCall, RunRecord, RunRecords
+from threadkeeper.domain.summary import Summary
+from threadkeeper.domain.threads import ThreadRef, ThreadScope
+from threadkeeper.domain.tokens import REPLY_PRIMING, TokenCounter, message_text
+from threadkeeper.domain.transcript import (
+    Citation,
+    TranscriptMessage,
+    TranscriptPage,
+    page_messages,
+)
+
+RECENT_FOR_HANDOFF = 6
+log = logging.getLogger(__name__)
+
+
+class Backend(Protocol):
+    saver: BaseCheckpointSaver[Any]
+    store: BaseStore
+    runs: RunRecords
+    lock: RunLock
+    profile: str
+
+    async def health(self) -> dict[str, str]: ...
+
+
+class ThreadRetention(Protocol):
+    """``Retention`` plus deleting one thread (what ``DELETE /v1/threads/…`` needs)."""
+
+    async def delete_thread(self, thread_key: str) -> ErasureReceipt: ...
+
+    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt: ...
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _meta(message: BaseMessage) -> dict[str, Any]:
+    value = message.response_metadata.get("threadkeeper")
+    return value if isinstance(value, dict) else {}
+
+
+def to_transcript(messages: Sequence[BaseMessage]) -> list[TranscriptMessage]:
+    """Human messages and AI messages with text, as ``GET /messages`` serves them."""
+    out: list[TranscriptMessage] = []
+    for message in messages:
+        text = message_text(message)
+        meta = _meta(message)
+        at = datetime.fromisoformat(meta["at"]) if "at" in meta else datetime.fromtimestamp(0, UTC)
+        if isinstance(message, HumanMessage):
+            out.append(TranscriptMessage(str(message.id), "human", text, at))
+        elif isinstance(message, AIMessage) and text.strip():
+            citations = tuple(
+                Citation(c["chunk_id"], c["doc_id"], c["title"]) for c in meta.get("citations", [])
+            )
+            out.append(TranscriptMessage(str(message.id), "ai", text, at, citations))
+    return out
+
+
+@dataclass
+class CompletedRun:
+    run_id: str
+    body: dict[str, Any]
+    thread_id: str
+
+    async def events(self) -> AsyncGenerator[RunEvent, None]:
+        yield RunEvent("metadata", {"run_id": self.run_id, "thread_id": self.thread_id})
+        yield RunEvent("end", self.body)
+
+    async def result(self) -> dict[str, Any]:
+        return self.body
+
+
+@dataclass
+class LiveRun:
+    run_id: str
+    task: asyncio.Task[None] | None = None
+    queue: asyncio.Queue[RunEvent | RunFailed | None] = field(default_factory=asyncio.Queue)
+    outcome: asyncio.Future[dict[str, Any]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    async def events(self) -> AsyncGenerator[RunEvent, None]:
+        finished = False
+        try:
+            while (event := await self.queue.get()) is not None:
+                if isinstance(event, RunFailed):
+                    finished = True
+                    raise event
+                yield event
+            finished = True
+        finally:
+            if not finished and self.task is not None and not self.task.done():
+                self.task.cancel()  # the client is gone: the run must leave no trace
+
+    async def result(self) -> dict[str, Any]:
+        return await asyncio.shield(self.outcome)
+
+
+class RunService:
+    """``ThreadService`` over a backend, the compiled agent and its ``AtomicSaver``."""
+
+    def __init__(
+        self,
+        *,
+        agent: Any,
+        saver: AtomicSaver,
+        backend: Backend,
+        retention: ThreadRetention,
+        counter: TokenCounter,
+        budget: int,
+        scope: ThreadScope,
+        rules: MemoryRules,
+        prompt: str,
+    ) -> None:
+        self.agent = agent
+        self.saver = saver
+        self.backend = backend
+        self.retention = retention
+        self.counter = counter
+        self.budget = budget
+        self.scope = scope
+        self.rules = rules
+        self.prompt = prompt
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- runs -------------------------------------------------------------------------------
+
+    def _ref(self, caller: Caller, thread_id: str) -> ThreadRef:
+        return ThreadRef(caller.tenant_id, caller.user_id, thread_id, self.scope)
+
+    def _config(self, ref: ThreadRef, caller: Caller) -> dict[str, Any]:
+        return {
+            "configurable": {
+                "thread_id": ref.key,
+                "tenant_id": ref.tenant_id,
+                "user_id": ref.user_id,
+                "locale": caller.locale or "",
+                "thread": ref.thread_id,
+            }
+        }
+
+    async def start_run(
+        self, caller: Caller, thread_id: str, request: RunRequest
+    ) -> CompletedRun | LiveRun:
+        ref = self._ref(caller, thread_id)
+        content = request.message.content
+        size = len(content.encode("utf-8"))
+        if size > MAX_MESSAGE_BYTES:
+            raise MessageTooLong(size, MAX_MESSAGE_BYTES)
+        run_id = request.run_id or str(uuid.uuid4())
+        if request.run_id is not None:
+            done = await self.backend.runs.get(ref.key, run_id)
+            if done is not None:
+                return CompletedRun(run_id, done.response, thread_id)
+        human = HumanMessage(
+            content,
+            id=request.message.id or str(uuid.uuid4()),
+            response_metadata={"threadkeeper": {"at": now().isoformat(), "run_id": run_id}},
+        )
+        tokens = self.counter.count(human)
+        if tokens + REPLY_PRIMING > self.budget:
+            raise MessageTooLarge(tokens, self.budget)
+
+        hold = self.backend.lock.hold(ref.key, run_id)
+        await hold.__aenter__()  # ThreadBusy propagates: nothing was stored
+        try:
+            if request.message.id is not None:
+                await self._refuse_duplicate(ref, caller, request.message.id, run_id)
+            run = LiveRun(run_id)
+            task = asyncio.create_task(self._execute(run, hold, ref, caller, human))
+            run.task = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        except BaseException:
+            await hold.__aexit__(None, None, None)
+            raise
+        return run
+
+    async def _refuse_duplicate(
+        self, ref: ThreadRef, caller: Caller, message_id: str, run_id: str
+    ) -> None:
+        earlier = await self.backend.runs.by_human_message(ref.key, message_id)
+        if earlier is not None:
+            raise DuplicateMessage(message_id, earlier.run_id)
+        state = await self.agent.aget_state(self._config(ref, caller))
+        if any(m.id == message_id for m in (state.values or {}).get("messages", [])):
+            raise DuplicateMessage(message_id, None)
+
+    async def _execute(
+        self,
+        run: LiveRun,
+        hold: AbstractAsyncContextManager[None],
+        ref: ThreadRef,
+        caller: Caller,
+        human: HumanMessage,
+    ) -> None:
+        config = self._config(ref, caller)
+        trace = RunTrace()
+        current_trace.set(trace)
+        body: dict[str, Any] | None = None
+        try:
+            await run.queue.put(
+                RunEvent("metadata", {"run_id": run.run_id, "thread_id": ref.thread_id})
+            )
+            with self.saver.staging(ref.key) as staging:
+                async for mode, payload in self.agent.astream(
+                    {"messages": [human]},
+                    config,
+                    stream_mode=["messages", "custom"],
+                    durability="exit",
+                ):
+                    event = _event(mode, payload)
+                    if event is not None:
+                        await run.queue.put(event)
+                state = await self.agent.aget_state(config)
+                values = state.values
+                body, record = self._finish(run.run_id, ref, human, values, trace)
+                committed = await self.saver.commit(staging)
+            checkpoint_id = (committed or {}).get("configurable", {}).get("checkpoint_id")
+            record = msgspec.structs.replace(record, checkpoint_id=checkpoint_id)
+            await self.backend.runs.save(record)
+            if body["status"] == "answered":
+                await self._remember(ref, human, body)
+        except asyncio.CancelledError:
+            if not run.outcome.done():
+                run.outcome.set_exception(RunFailed("the run was cancelled"))
+            raise
+        except Exception as exc:
+            log.exception("run %s on %s failed", run.run_id, ref.key)
+            failure = RunFailed(f"the run failed: {type(exc).__name__}: {exc}")
+            if not run.outcome.done():
+                run.outcome.set_exception(failure)
+            body = None
+            await run.queue.put(failure)
+        finally:
+            with contextlib.suppress(Exception):
+                await hold.__aexit__(None, None, None)  # released before `end` is sent
+            if body is not None:
+                if not run.outcome.done():
+                    run.outcome.set_result(body)
+                run.queue.put_nowait(RunEvent("end", body))
+            run.queue.put_nowait(None)
+            if run.outcome.done() and not run.outcome.cancelled():
+                run.outcome.exception()  # mark retrieved: JSON mode may never ask
+
+    def _finish(
+        self,
+        run_id: str,
+        ref: ThreadRef,
+        human: HumanMessage,
+        values: dict[str, Any],
+        trace: RunTrace,
+    ) -> tuple[dict[str, Any], RunRecord]:
+        messages: list[BaseMessage] = values.get("messages", [])
+        start = next(i for i in range(len(messages) - 1, -1, -1) if messages[i].id == human.id)
+        produced = messages[start + 1 :]
+        answer = next(
+            (m for m in reversed(produced) if isinstance(m, AIMessage) and not m.tool_calls),
+            None,
+        )
+        if answer is None:
+            raise RuntimeError("the agent ended without an answer")
+        meta = _meta(answer)
+        status = meta.get("status", "answered")
+        usage = {"input_tokens": 0, "output_tokens": 0}
+        for message in produced:
+            if isinstance(message, AIMessage) and message.usage_metadata:
+                usage["input_tokens"] += message.usage_metadata.get("input_tokens", 0)
+                usage["output_tokens"] += message.usage_metadata.get("output_tokens", 0)
+        body: dict[str, Any] = {
+            "run_id": run_id,
+            "thread_id": ref.thread_id,
+            "status": status,
+            "message": {
+                "id": answer.id,
+                "role": "ai",
+                "content": message_text(answer),
+                "citations": meta.get("citations", []),
+            },
+            "usage": usage,
+        }
+        memory = trace.memory
+        if status == "escalate":
+            summary = Summary.from_state(values.get("summary"))
+            recent = to_transcript(messages)[-RECENT_FOR_HANDOFF:]
+            body["handoff_context"] = {
+                "conversation_summary": summary.text if summary else "",
+                "profile": [
+                    {"key": m["key"], "value": m["value"]}
+                    for m in memory
+                    if m["kind"] == MemoryKind.PROFILE.value
+                ],
+                "recent_messages": [
+                    {"id": m.id, "role": m.role, "content": m.content} for m in recent
+                ],
+            }
+        chunks = trace.retrieved
+        record = RunRecord(
+            run_id=run_id,
+            thread_key=ref.key,
+            tenant_id=ref.tenant_id,
+            user_id=ref.user_id,
+            thread_id=ref.thread_id,
+            human_message_id=str(human.id),
+            status=status,
+            created_at=now(),
+            response=body,
+            system_prompt=trace.system_prompts[0] if trace.system_prompts else self.prompt,
+            prompt_version=PROMPT_VERSION,
+            chunk_ids=tuple(c["chunk_id"] for c in chunks),
+            memory_keys=tuple(f"{m['kind']}/{m['key']}@{m['updated_at']}" for m in memory),
+            model_calls=tuple(
+                ModelCall(
+                    tuple(str(m.id) for m in w.messages), w.summary, w.tokens, w.budget, w.counter
+                )
+                for w in trace.windows
+            ),
+        )
+        return body, record
+
+    async def _remember(self, ref: ThreadRef, human: HumanMessage, body: dict[str, Any]) -> None:
+        store = self.backend.store
+        existing = [
+            MemoryItem(
+                kind=MemoryKind(m["kind"]),
+                key=m["key"],
+                value=m["value"],
+                source=Provenance(
+                    str(m["source"].get("thread_id", "")),
+                    str(m["source"].get("message_id", "")),
+                    datetime.fromisoformat(m["source"]["at"]) if m["source"].get("at") else now(),
+                ),
+            )
+            for m in await load_memory(store, ref.tenant_id, ref.user_id)
+        ]
+        plan = extract_and_plan(
+            RoundText(
+                thread_id=ref.thread_id,
+                message_id=str(human.id),
+                human=message_text(human),
+                answer=body["message"]["content"],
+                at=now(),
+            ),
+            existing,
+            self.rules,
+        )
+        for item in plan.puts:
+            await store.aput(
+                memory_namespace(ref.tenant_id, ref.user_id, item.kind),
+                item.key,
+                {
+                    "value": item.value,
+                    "source": {
+                        "thread_id": item.source.thread_id,
+                        "message_id": item.source.message_id,
+                        "at": item.source.at.isoformat(),
+                    },
+                },
+            )
+        for kind, key in plan.deletes:
+            await store.adelete(memory_namespace(ref.tenant_id, ref.user_id, kind), key)
+
+    async def wait_idle(self) -> None:
+        """Wait for every run in flight (shutdown)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- reads and deletions ---------------------------------------------------------------
+
+    async def messages(
+        self, caller: Caller, thread_id: str, *, limit: int, before: str | None
+    ) -> TranscriptPage:
+        ref = self._ref(caller, thread_id)
+        state = await self.agent.aget_state(self._config(ref, caller))
+        messages = (state.values or {}).get("messages")
+        if not messages:
+            raise UnknownThread(thread_id)
+        return page_messages(to_transcript(messages), limit=limit, before=before)
+
+    async def delete_thread(self, caller: Caller, thread_id: str) -> None:
+        await self.retention.delete_thread(self._ref(caller, thread_id).key)
+
+    async def add_feedback(
+        self, caller: Caller, thread_id: str, run_id: str, score: int, comment: str | None
+    ) -> None:
+        ref = self._ref(caller, thread_id)
+        await self.backend.runs.add_feedback(
+            Feedback(
+                run_id=run_id,
+                thread_key=ref.key,
+                tenant_id=ref.tenant_id,
+                user_id=ref.user_id,
+                score=cast("Any", score),
+                comment=comment,
+                at=now(),
+            )
+        )
+
+    async def memory(self, caller: Caller) -> MemoryView:
+        items = await load_memory(self.backend.store, caller.tenant_id, caller.user_id)
+
+        def entries(kind: MemoryKind) -> list[MemoryEntry]:
+            return [
+                MemoryEntry(m["key"], m["value"], dict(m["source"]))
+                for m in items
+                if m["kind"] == kind.value
+            ]
+
+        return MemoryView(profile=entries(MemoryKind.PROFILE), facts=entries(MemoryKind.FACTS))
+
+    async def reset_memory(self, caller: Caller) -> int:
+        return await delete_store_prefix(
+            self.backend.store, (caller.tenant_id, "user", caller.user_id)
+        )
+
+    async def erase_user(self, caller: Caller) -> ErasureReceipt:
+        return await self.retention.erase_user(caller.tenant_id, caller.user_id)
+
+    async def ready(self) -> dict[str, str]:
+        return await self.backend.health()
+
+
+def _event(mode: str, payload: Any) -> RunEvent | None:
+    if mode == "messages":
+        chunk, metadata = payload
+        if (
+            isinstance(chunk, AIMessageChunk)
+            and metadata.get("langgraph_node") == "model"
+            and (text := message_text(chunk))
+        ):
+            return RunEvent("messages", {"id": chunk.id, "delta": text})
+        return None
+    if mode == "custom" and isinstance(payload, dict) and "stage" in payload:
+        return RunEvent("custom", payload)
+    return None

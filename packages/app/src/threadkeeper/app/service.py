@@ -1,0 +1,156 @@
+"""What the HTTP layer and the CLI call: the ``ThreadService`` interface and its vocabulary.
+
+The HTTP layer only translates: headers and paths into a ``Caller`` and arguments, results
+into bodies, domain errors into statuses (see ``ERROR_STATUS``). Everything else — locks,
+atomic runs, storage — happens behind this interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+from threadkeeper.domain.errors import (
+    ContextOverflow,
+    DomainError,
+    MessageTooLarge,
+    ThreadBusy,
+    UnknownMessage,
+    UnknownThread,
+)
+from threadkeeper.domain.retention import ErasureReceipt
+from threadkeeper.domain.runs import UnknownRun
+from threadkeeper.domain.transcript import TranscriptPage
+
+MAX_MESSAGE_BYTES = 32 * 1024
+
+
+class Caller(msgspec.Struct, frozen=True):
+    """Who is asking, from the trusted service-to-service headers."""
+
+    tenant_id: str
+    user_id: str
+    locale: str | None = None
+
+
+class RunMessage(msgspec.Struct, frozen=True):
+    content: str
+    id: str | None = None
+
+
+class RunRequest(msgspec.Struct, frozen=True):
+    message: RunMessage
+    run_id: str | None = None
+
+
+class DuplicateMessage(DomainError):
+    """The message id is already in the thread under another run (HTTP 409)."""
+
+    def __init__(self, message_id: str, run_id: str | None) -> None:
+        super().__init__(f"message {message_id} is already in this thread")
+        self.message_id = message_id
+        self.run_id = run_id
+
+
+class MessageTooLong(DomainError):
+    """The message is over 32 KiB of UTF-8 (HTTP 413), refused before anything is stored."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"message is {size} bytes of UTF-8; the limit is {limit}")
+        self.size = size
+        self.limit = limit
+
+
+class RunFailed(DomainError):
+    """The run did not complete; the thread is as it was before it (SSE ``error`` / 500)."""
+
+
+class Unavailable(DomainError):
+    """A storage backend cannot be reached (HTTP 503)."""
+
+
+ERROR_STATUS: dict[type[DomainError], int] = {
+    ThreadBusy: 409,
+    DuplicateMessage: 409,
+    MessageTooLarge: 413,
+    MessageTooLong: 413,
+    ContextOverflow: 413,
+    UnknownThread: 404,
+    UnknownMessage: 404,
+    UnknownRun: 404,
+    Unavailable: 503,
+    RunFailed: 500,
+}
+
+
+class RunEvent(msgspec.Struct, frozen=True):
+    """One SSE event: ``metadata``, ``messages``, ``custom``, ``end`` or ``error``."""
+
+    event: Literal["metadata", "messages", "custom", "end", "error"]
+    data: dict[str, Any]
+
+
+class RunHandle(Protocol):
+    """A started (or already completed) run."""
+
+    run_id: str
+
+    def events(self) -> AsyncGenerator[RunEvent, None]:
+        """The run's events in order, ending with ``end``; a run that fails raises
+        ``RunFailed`` from the generator instead. Closing the generator before the end (a
+        client gone) cancels the run, which then leaves the thread as it was."""
+        ...
+
+    async def result(self) -> dict[str, Any]:
+        """The final body (the ``end`` event's data); waits for the run. Not cancelled by a
+        client disconnect.
+
+        Raises:
+            RunFailed: the run did not complete.
+        """
+        ...
+
+
+class MemoryEntry(msgspec.Struct, frozen=True):
+    key: str
+    value: str
+    source: dict[str, Any]
+
+
+class MemoryView(msgspec.Struct, frozen=True):
+    profile: list[MemoryEntry]
+    facts: list[MemoryEntry]
+
+
+class ThreadService(Protocol):
+    async def start_run(self, caller: Caller, thread_id: str, request: RunRequest) -> RunHandle:
+        """Validate and start one run. Nothing is stored when this raises.
+
+        Raises:
+            ThreadBusy: a run is in flight on the thread (names it).
+            DuplicateMessage: the message id is in the thread under another run.
+            MessageTooLarge: over 32 KiB of UTF-8 or alone over the token budget.
+        """
+        ...
+
+    async def messages(
+        self, caller: Caller, thread_id: str, *, limit: int, before: str | None
+    ) -> TranscriptPage: ...
+
+    async def delete_thread(self, caller: Caller, thread_id: str) -> None: ...
+
+    async def add_feedback(
+        self, caller: Caller, thread_id: str, run_id: str, score: int, comment: str | None
+    ) -> None: ...
+
+    async def memory(self, caller: Caller) -> MemoryView: ...
+
+    async def reset_memory(self, caller: Caller) -> int: ...
+
+    async def erase_user(self, caller: Caller) -> ErasureReceipt: ...
+
+    async def ready(self) -> dict[str, str]:
+        """Each backend's state (``"ok"`` or an error text); ready when all are ``"ok"``."""
+        ...

@@ -1,0 +1,315 @@
+"""Every endpoint, status code and SSE sequence of DESIGN.md's HTTP contract, end to end
+through the real agent and storage of each profile."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from tests.api.conftest import HEADERS, TENANT, USER, AppFactory, parse_sse, run
+
+Client = AsyncTestClient[Litestar]
+DENTAL = "Is dental treatment covered by my health insurance?"
+
+
+def thread() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+async def test_a_streamed_run(client: Client) -> None:
+    name = thread()
+    response = await client.post(
+        f"/v1/threads/{name}/runs", json={"message": {"content": DENTAL}}, headers={"Accept": "*/*"}
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(response.text)
+    kinds = [e.event for e in events]
+    assert kinds[0] == "metadata"
+    assert kinds[-1] == "end"
+    assert set(kinds[1:-1]) <= {"messages", "custom"}
+    assert "messages" in kinds
+    metadata, end = events[0].data, events[-1].data
+    assert metadata["thread_id"] == name
+    uuid.UUID(metadata["run_id"])
+    assert end["run_id"] == metadata["run_id"]
+    assert end["thread_id"] == name
+    assert end["status"] == "answered"
+    message = end["message"]
+    assert message["role"] == "ai"
+    streamed = "".join(e.data["delta"] for e in events if e.event == "messages")
+    assert streamed == message["content"]
+    assert all(e.data["id"] == message["id"] for e in events if e.event == "messages")
+    assert message["citations"], "an answer from the knowledge base cites it"
+    assert set(message["citations"][0]) == {"chunk_id", "doc_id", "title"}
+    assert set(end["usage"]) == {"input_tokens", "output_tokens"}
+    assert end["usage"]["output_tokens"] > 0
+    stages = [e.data for e in events if e.event == "custom"]
+    assert {"stage": "retrieval", "status": "start"} in stages
+    assert any(s["stage"] == "retrieval" and s["status"] == "end" for s in stages)
+
+
+async def test_json_mode_and_the_transcript(client: Client) -> None:
+    name = thread()
+    body = await run(client, name, DENTAL)
+    assert body["status"] == "answered"
+    page = (await client.get(f"/v1/threads/{name}/messages")).json()
+    assert [m["role"] for m in page["messages"]] == ["human", "ai"]
+    assert page["messages"][0]["content"] == DENTAL
+    assert page["messages"][1]["id"] == body["message"]["id"]
+    assert page["messages"][1]["citations"] == body["message"]["citations"]
+    assert page["next_before"] is None
+    assert all(m["created_at"] for m in page["messages"])
+
+
+async def test_accept_picks_the_best_match(client: Client) -> None:
+    name = thread()
+    response = await client.post(
+        f"/v1/threads/{name}/runs",
+        json={"message": {"content": DENTAL}},
+        headers={"Accept": "application/json, text/event-stream;q=0.5"},
+    )
+    assert response.headers["content-type"].startswith("application/json")
+    response = await client.post(
+        f"/v1/threads/{name}/runs",
+        json={"message": {"content": "And orthodontics?"}},
+        headers={"Accept": "text/event-stream"},
+    )
+    assert response.headers["content-type"].startswith("text/event-stream")
+
+
+async def test_paging_walks_back_with_next_before(client: Client) -> None:
+    name = thread()
+    for question in (DENTAL, "What about maternity cover?", "How do I file a claim?"):
+        await run(client, name, question)
+    newest = (await client.get(f"/v1/threads/{name}/messages", params={"limit": 4})).json()
+    assert len(newest["messages"]) == 4
+    assert newest["messages"][0]["content"] == "What about maternity cover?"
+    older = (
+        await client.get(
+            f"/v1/threads/{name}/messages",
+            params={"limit": 4, "before": newest["next_before"]},
+        )
+    ).json()
+    assert older["messages"][0]["content"] == DENTAL
+    assert len(older["messages"]) == 2
+    assert older["next_before"] is None
+
+
+async def test_unknown_thread_and_cursor_are_404(client: Client) -> None:
+    name = thread()
+    missing = await client.get(f"/v1/threads/{name}/messages")
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("application/problem+json")
+    await run(client, name, DENTAL)
+    cursor = await client.get(f"/v1/threads/{name}/messages", params={"before": "nope"})
+    assert cursor.status_code == 404
+
+
+async def test_a_completed_run_id_returns_its_stored_body(client: Client) -> None:
+    name = thread()
+    run_id = str(uuid.uuid4())
+    first = await run(client, name, DENTAL, run_id=run_id)
+    again = await run(client, name, DENTAL, run_id=run_id)
+    assert again == first
+    page = (await client.get(f"/v1/threads/{name}/messages")).json()
+    assert len(page["messages"]) == 2
+
+
+async def test_a_message_id_already_in_the_thread_is_409(client: Client) -> None:
+    name = thread()
+    await run(client, name, DENTAL, message={"id": "m-1"})
+    response = await client.post(
+        f"/v1/threads/{name}/runs",
+        json={"message": {"content": "again", "id": "m-1"}},
+        headers={"Accept": "application/json"},
+    )
+    assert response.status_code == 409
+    assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_oversized_messages_are_413_before_anything_is_stored(
+    make_app: AppFactory,
+) -> None:
+    async with AsyncTestClient(make_app(token_budget=300), timeout=30) as client:
+        client.headers.update(HEADERS)
+        name = thread()
+        too_long = await client.post(
+            f"/v1/threads/{name}/runs", json={"message": {"content": "x" * (32 * 1024 + 1)}}
+        )
+        assert too_long.status_code == 413
+        over_budget = await client.post(
+            f"/v1/threads/{name}/runs",
+            json={"message": {"content": "insurance claim " * 400}},
+        )
+        assert over_budget.status_code == 413
+        assert (await client.get(f"/v1/threads/{name}/messages")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "body"),
+    [
+        ("/v1/threads/bad id/runs", {}, {"message": {"content": "hi"}}),
+        ("/v1/threads/ok/runs", {"X-Tenant-Id": "bad tenant!"}, {"message": {"content": "hi"}}),
+        ("/v1/threads/ok/runs", {"X-User-Id": ""}, {"message": {"content": "hi"}}),
+        ("/v1/threads/ok/runs", {}, {"message": {"content": "   "}}),
+        ("/v1/threads/ok/runs", {}, {"message": {"content": "hi"}, "run_id": "not-a-uuid"}),
+        ("/v1/threads/ok/runs", {}, {"message": {"content": "hi"}, "extra": 1}),
+        ("/v1/threads/ok/runs", {}, {"message": {}}),
+    ],
+)
+async def test_invalid_input_is_422(
+    client: Client, path: str, headers: dict[str, str], body: dict[str, object]
+) -> None:
+    response = await client.post(path, json=body, headers=headers)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_a_body_that_is_not_json_is_400(client: Client) -> None:
+    response = await client.post(
+        "/v1/threads/ok/runs", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize("limit", ["0", "101", "x"])
+async def test_limit_out_of_range_is_422(client: Client, limit: str) -> None:
+    response = await client.get("/v1/threads/ok/messages", params={"limit": limit})
+    assert response.status_code == 422
+
+
+async def test_delete_thread_is_204_also_when_gone(client: Client) -> None:
+    name = thread()
+    await run(client, name, DENTAL)
+    assert (await client.delete(f"/v1/threads/{name}")).status_code == 204
+    assert (await client.get(f"/v1/threads/{name}/messages")).status_code == 404
+    assert (await client.delete(f"/v1/threads/{name}")).status_code == 204
+
+
+async def test_feedback(client: Client) -> None:
+    name = thread()
+    body = await run(client, name, DENTAL)
+    url = f"/v1/threads/{name}/runs/{body['run_id']}/feedback"
+    assert (await client.post(url, json={"score": 1, "comment": "clear"})).status_code == 204
+    assert (await client.post(url, json={"score": -1})).status_code == 204
+    assert (await client.post(url, json={"score": 5})).status_code == 422
+    unknown = f"/v1/threads/{name}/runs/{uuid.uuid4()}/feedback"
+    assert (await client.post(unknown, json={"score": 1})).status_code == 404
+
+
+async def test_clarifying_then_escalation(client: Client) -> None:
+    name = thread()
+    first = await run(client, name, "blorp zzxq?")
+    assert first["status"] == "clarifying"
+    assert "handoff_context" not in first
+    person = await run(client, name, "I want to talk to a human agent please")
+    assert person["status"] == "escalate"
+    handoff = person["handoff_context"]
+    assert set(handoff) == {"conversation_summary", "profile", "recent_messages"}
+    assert handoff["recent_messages"][0]["content"] == "blorp zzxq?"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["می‌خواهم با یک کارشناس صحبت کنم", "我要转人工客服", "Can I speak to a real person?"],
+)
+async def test_escalation_in_three_languages(client: Client, text: str) -> None:
+    assert (await run(client, thread(), text))["status"] == "escalate"
+
+
+async def test_memory_is_remembered_across_threads_then_reset(client: Client) -> None:
+    await run(client, thread(), "I have two kids. Does my health insurance cover dental care?")
+    memory = (await client.get(f"/v1/users/{USER}/memory")).json()
+    assert set(memory) == {"profile", "facts"}
+    keys = {item["key"] for item in memory["profile"]}
+    assert "language" in keys
+    assert memory["facts"], "the product asked about is remembered"
+    source = memory["facts"][0]["source"]
+    assert set(source) == {"thread_id", "message_id", "at"}
+    reset = await client.delete(f"/v1/users/{USER}/memory")
+    assert reset.status_code in (200, 204)
+    assert (await client.get(f"/v1/users/{USER}/memory")).json() == {"profile": [], "facts": []}
+
+
+async def test_personal_data_is_never_remembered(client: Client) -> None:
+    await run(client, thread(), "My national code is 0499370899 and I have diabetes; dental?")
+    memory = (await client.get(f"/v1/users/{USER}/memory")).json()
+    dumped = str(memory)
+    assert "0499370899" not in dumped
+    assert "diabetes" not in dumped
+
+
+async def test_user_routes_need_the_callers_own_id(client: Client) -> None:
+    assert (await client.get("/v1/users/someone-else/memory")).status_code == 403
+    assert (await client.delete("/v1/users/someone-else")).status_code == 403
+
+
+async def test_erasure_returns_a_receipt_and_spares_others(client: Client) -> None:
+    mine = [thread(), thread()]
+    for name in mine:
+        await run(client, name, DENTAL)
+    other = thread()
+    other_headers = {"X-Tenant-Id": TENANT, "X-User-Id": "user-2"}
+    response = await client.post(
+        f"/v1/threads/{other}/runs",
+        json={"message": {"content": DENTAL}},
+        headers={**other_headers, "Accept": "application/json"},
+    )
+    assert response.status_code == 200
+    receipt = (await client.delete(f"/v1/users/{USER}")).json()
+    assert receipt["threads"] == 2
+    assert receipt["messages"] == 4
+    assert set(receipt) == {"threads", "messages", "memory_items", "feedback"}
+    for name in mine:
+        assert (await client.get(f"/v1/threads/{name}/messages")).status_code == 404
+    kept = await client.get(f"/v1/threads/{other}/messages", headers=other_headers)
+    assert kept.status_code == 200
+
+
+async def test_a_thread_id_is_scoped_to_its_user_and_tenant(client: Client) -> None:
+    name = thread()
+    await run(client, name, DENTAL)
+    for headers in (
+        {"X-Tenant-Id": TENANT, "X-User-Id": "intruder"},
+        {"X-Tenant-Id": "other-tenant", "X-User-Id": USER},
+    ):
+        response = await client.get(f"/v1/threads/{name}/messages", headers=headers)
+        assert response.status_code == 404
+
+
+async def test_ops_routes_need_no_headers(make_app: AppFactory) -> None:
+    async with AsyncTestClient(make_app(), timeout=30) as client:
+        assert (await client.get("/health/live")).status_code == 200
+        assert (await client.get("/health/ready")).status_code == 200
+        schema = (await client.get("/schema/openapi.json")).json()
+        paths = set(schema["paths"])
+        assert {
+            "/v1/threads/{thread_id}/runs",
+            "/v1/threads/{thread_id}/messages",
+            "/v1/threads/{thread_id}",
+            "/v1/threads/{thread_id}/runs/{run_id}/feedback",
+            "/v1/users/{user_id}/memory",
+            "/v1/users/{user_id}",
+        } <= paths
+        assert (await client.get("/metrics")).status_code == 200
+        assert (await client.get("/v1/threads/x/messages")).status_code == 422
+
+
+async def test_restart_keeps_threads_and_memory(make_app: AppFactory) -> None:
+    name = thread()
+    async with AsyncTestClient(make_app(), timeout=30) as client:
+        client.headers.update(HEADERS)
+        await run(client, name, "I have two kids. Does my health insurance cover dental care?")
+    async with AsyncTestClient(make_app(), timeout=30) as client:
+        client.headers.update(HEADERS)
+        page = (await client.get(f"/v1/threads/{name}/messages")).json()
+        assert len(page["messages"]) == 2
+        memory = (await client.get(f"/v1/users/{USER}/memory")).json()
+        assert memory["facts"]
+        await run(client, name, "And maternity?")
+        page = (await client.get(f"/v1/threads/{name}/messages")).json()
+        assert len(page["messages"]) == 4

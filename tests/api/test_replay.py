@@ -1,0 +1,70 @@
+"""``threadkeeper replay`` rebuilds exactly what the model saw in an earlier run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from litestar.testing import TestClient
+
+from tests.api.conftest import HEADERS, TENANT, USER, AppFactory
+from threadkeeper.app import cli
+
+
+def test_replay_prints_every_model_call_of_a_run(
+    make_app: AppFactory,
+    profile: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with TestClient(make_app(), timeout=30) as client:
+        client.headers.update(HEADERS)
+        first = client.post(
+            "/v1/threads/replayed/runs",
+            json={"message": {"content": "Is dental treatment covered?"}},
+            headers={"Accept": "application/json"},
+        ).json()
+        second = client.post(
+            "/v1/threads/replayed/runs",
+            json={"message": {"content": "Please give me the full details of the dental cover"}},
+            headers={"Accept": "application/json"},
+        ).json()
+        monkeypatch.setenv("THREADKEEPER_PROFILE", profile)
+        monkeypatch.setenv("THREADKEEPER_DATA_DIR", str(tmp_path / "data"))
+        args = ["replay", "--thread", "replayed", "--tenant", TENANT, "--user", USER]
+        assert cli.main([*args, "--run", second["run_id"]]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    head, calls = lines[0], lines[1:]
+    assert head["run_id"] == second["run_id"]
+    assert head["chunk_ids"], "the retrieved chunks are recorded"
+    assert len(calls) == 2, "a tool call, then the answer"
+    first_call, answer_call = calls
+    system = first_call["messages"][0]
+    assert system["role"] == "system"
+    assert all(f'chunk_id="{c}"' in system["content"] for c in head["chunk_ids"])
+    shown = [m.get("content") for m in first_call["messages"][1:]]
+    assert shown[0] == "Is dental treatment covered?"
+    assert shown[1] == first["message"]["content"]
+    assert shown[-1] == "Please give me the full details of the dental cover"
+    roles = [m["role"] for m in answer_call["messages"]]
+    assert roles[-2:] == ["ai", "tool"]
+    assert answer_call["messages"][-2]["tool_calls"][0]["name"] == "fetch_faq_document"
+    assert all(m["role"] != "missing" for call in calls for m in call["messages"])
+    assert all(call["tokens"] <= call["budget"] for call in calls)
+
+
+def test_replay_of_an_unknown_run_fails_clearly(
+    make_app: AppFactory,
+    profile: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with TestClient(make_app(), timeout=30):
+        monkeypatch.setenv("THREADKEEPER_PROFILE", profile)
+        monkeypatch.setenv("THREADKEEPER_DATA_DIR", str(tmp_path / "data"))
+        code = cli.main(["replay", "--thread", "nothing", "--run", "nope"])
+    assert code == 1
+    assert "no run nope" in capsys.readouterr().err
