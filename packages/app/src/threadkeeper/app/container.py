@@ -19,6 +19,7 @@ from threadkeeper.app.agent import SYSTEM_PROMPT, build_agent, observe_window
 from threadkeeper.app.builtin_model import BuiltinChatModel
 from threadkeeper.app.config import ConfigError, Settings
 from threadkeeper.app.counters import counter_from_name
+from threadkeeper.app.memory import ModelExtractor, RuleExtractor
 from threadkeeper.app.runs import RunService
 from threadkeeper.domain.memory import MemoryRules
 from threadkeeper.domain.threads import ThreadScope
@@ -94,6 +95,7 @@ def build_service(
         scope=ThreadScope(settings.thread_scope),
         rules=MemoryRules(max_facts=settings.memory_max_facts),
         prompt=SYSTEM_PROMPT,
+        extractor=RuleExtractor() if settings.model == "builtin" else ModelExtractor(model),
     )
 
 

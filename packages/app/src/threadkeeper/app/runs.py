@@ -26,6 +26,7 @@ from langgraph.store.base import BaseStore
 from threadkeeper.adapters.atomic import AtomicSaver
 from threadkeeper.adapters.checkpoint_retention import delete_store_prefix
 from threadkeeper.app.agent import PROMPT_VERSION, RunTrace, current_trace, load_memory
+from threadkeeper.app.memory import MemoryExtractor, RuleExtractor
 from threadkeeper.app.service import (
     MAX_MESSAGE_BYTES,
     Caller,
@@ -38,7 +39,7 @@ from threadkeeper.app.service import (
     RunRequest,
 )
 from threadkeeper.domain.errors import MessageTooLarge, UnknownThread
-from threadkeeper.domain.extraction import RoundText, extract_and_plan
+from threadkeeper.domain.extraction import RoundText
 from threadkeeper.domain.locks import RunLock
 from threadkeeper.domain.memory import (
     MemoryItem,
@@ -162,6 +163,7 @@ class RunService:
         scope: ThreadScope,
         rules: MemoryRules,
         prompt: str,
+        extractor: MemoryExtractor | None = None,
     ) -> None:
         self.agent = agent
         self.saver = saver
@@ -172,6 +174,7 @@ class RunService:
         self.scope = scope
         self.rules = rules
         self.prompt = prompt
+        self.extractor: MemoryExtractor = extractor or RuleExtractor()
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- runs -------------------------------------------------------------------------------
@@ -384,7 +387,7 @@ class RunService:
             )
             for m in await load_memory(store, ref.tenant_id, ref.user_id)
         ]
-        plan = extract_and_plan(
+        plan = await self.extractor.plan(
             RoundText(
                 thread_id=ref.thread_id,
                 message_id=str(human.id),
