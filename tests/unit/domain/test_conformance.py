@@ -8,9 +8,11 @@ import pytest
 
 from tests.conformance.retention import RetentionConformance
 from tests.conformance.run_lock import LockFactory, RunLockConformance
+from tests.conformance.run_records import RunRecordsConformance
 from tests.conformance.transcript_archive import TranscriptArchiveConformance
 from threadkeeper.domain.locks import InMemoryRunLock
 from threadkeeper.domain.retention import InMemoryRetention
+from threadkeeper.domain.runs import InMemoryRunRecords, RunRecords
 from threadkeeper.domain.threads import ThreadRef
 from threadkeeper.domain.transcript import InMemoryTranscriptArchive, TranscriptArchive
 
@@ -50,3 +52,9 @@ class TestInMemoryRetention(RetentionConformance):
     @pytest.fixture
     def harness(self) -> InMemoryRetentionHarness:
         return InMemoryRetentionHarness()
+
+
+class TestInMemoryRunRecords(RunRecordsConformance):
+    @pytest.fixture
+    def records(self) -> RunRecords:
+        return InMemoryRunRecords()
