@@ -4,7 +4,7 @@ application (real agent, real storage), parametrized by profile."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
+from tests.support.postgres import fresh_schema
 from threadkeeper.app.application import create_app
 from threadkeeper.app.config import Settings
 
@@ -20,7 +21,8 @@ TENANT = "acme-insurance"
 USER = "user-1"
 HEADERS = {"X-Tenant-Id": TENANT, "X-User-Id": USER}
 
-PROFILES = ["embedded"]
+TOKEN = "api-suite-token"
+PROFILES = ["embedded", pytest.param("postgres", marks=pytest.mark.integration)]
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,21 @@ def parse_sse(text: str) -> list[Event]:
     return events
 
 
-def settings_for(profile: str, root: Path, **overrides: Any) -> Settings:
-    if profile != "embedded":  # pragma: no cover - later profiles add their settings here
-        raise NotImplementedError(profile)
-    return Settings(profile="embedded", data_dir=str(root / "data"), **overrides)
+def settings_for(profile: str, root: Path, url: str | None, **overrides: Any) -> Settings:
+    if profile == "embedded":
+        return Settings(profile="embedded", data_dir=str(root / "data"), **overrides)
+    if profile == "postgres":
+        return Settings(
+            profile="postgres", postgres_url=url or "", service_token=TOKEN, **overrides
+        )
+    raise NotImplementedError(profile)  # pragma: no cover - later profiles add theirs here
+
+
+def headers_for(profile: str) -> dict[str, str]:
+    """The trusted headers, and the service token outside the embedded profile."""
+    if profile == "embedded":
+        return dict(HEADERS)
+    return {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(params=PROFILES)
@@ -62,17 +75,34 @@ AppFactory = Callable[..., Litestar]
 
 
 @pytest.fixture
-def make_app(profile: str, tmp_path: Path) -> AppFactory:
+def database(profile: str) -> Iterator[str | None]:
+    """The server the profile needs: a fresh migrated schema per test."""
+    if profile == "postgres":
+        with fresh_schema() as url:
+            yield url
+    else:
+        yield None
+
+
+@pytest.fixture
+def make_app(profile: str, tmp_path: Path, database: str | None) -> AppFactory:
     def make(**overrides: Any) -> Litestar:
-        return create_app(settings_for(profile, tmp_path, **overrides))
+        return create_app(settings_for(profile, tmp_path, database, **overrides))
 
     return make
 
 
 @pytest.fixture
-async def client(make_app: AppFactory) -> AsyncIterator[AsyncTestClient[Litestar]]:
+def auth(profile: str) -> dict[str, str]:
+    return headers_for(profile)
+
+
+@pytest.fixture
+async def client(
+    make_app: AppFactory, auth: dict[str, str]
+) -> AsyncIterator[AsyncTestClient[Litestar]]:
     async with AsyncTestClient(make_app(), timeout=30) as client:
-        client.headers.update(HEADERS)
+        client.headers.update(auth)
         yield client
 
 

@@ -8,19 +8,32 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from tests.api.conftest import HEADERS, TENANT, USER, AppFactory
+from tests.api.conftest import TENANT, TOKEN, USER, AppFactory
 from threadkeeper.app import cli
+
+
+def point_cli_at(
+    monkeypatch: pytest.MonkeyPatch, profile: str, root: Path, database: str | None
+) -> None:
+    """The CLI's environment for the storage the app under test uses."""
+    monkeypatch.setenv("THREADKEEPER_PROFILE", profile)
+    monkeypatch.setenv("THREADKEEPER_DATA_DIR", str(root / "data"))
+    if database is not None:
+        monkeypatch.setenv("THREADKEEPER_POSTGRES_URL", database)
+        monkeypatch.setenv("THREADKEEPER_SERVICE_TOKEN", TOKEN)
 
 
 def test_replay_prints_every_model_call_of_a_run(
     make_app: AppFactory,
     profile: str,
+    auth: dict[str, str],
+    database: str | None,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with TestClient(make_app(), timeout=30) as client:
-        client.headers.update(HEADERS)
+        client.headers.update(auth)
         first = client.post(
             "/v1/threads/replayed/runs",
             json={"message": {"content": "Is dental treatment covered?"}},
@@ -31,8 +44,7 @@ def test_replay_prints_every_model_call_of_a_run(
             json={"message": {"content": "Please give me the full details of the dental cover"}},
             headers={"Accept": "application/json"},
         ).json()
-        monkeypatch.setenv("THREADKEEPER_PROFILE", profile)
-        monkeypatch.setenv("THREADKEEPER_DATA_DIR", str(tmp_path / "data"))
+        point_cli_at(monkeypatch, profile, tmp_path, database)
         args = ["replay", "--thread", "replayed", "--tenant", TENANT, "--user", USER]
         assert cli.main([*args, "--run", second["run_id"]]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -58,13 +70,13 @@ def test_replay_prints_every_model_call_of_a_run(
 def test_replay_of_an_unknown_run_fails_clearly(
     make_app: AppFactory,
     profile: str,
+    database: str | None,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with TestClient(make_app(), timeout=30):
-        monkeypatch.setenv("THREADKEEPER_PROFILE", profile)
-        monkeypatch.setenv("THREADKEEPER_DATA_DIR", str(tmp_path / "data"))
+        point_cli_at(monkeypatch, profile, tmp_path, database)
         code = cli.main(["replay", "--thread", "nothing", "--run", "nope"])
     assert code == 1
     assert "no run nope" in capsys.readouterr().err

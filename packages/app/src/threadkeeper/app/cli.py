@@ -43,6 +43,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"threadkeeper: {exc}", file=sys.stderr)
             return 2
         probe.release()
+    if settings.profile == "postgres":
+        from threadkeeper.adapters.postgres import check_schema
+
+        try:
+            problems = asyncio.run(check_schema(settings.postgres_url))
+        except Exception as exc:
+            print(f"threadkeeper: cannot reach PostgreSQL: {exc}", file=sys.stderr)
+            return 2
+        if problems:
+            print(
+                f"threadkeeper: the PostgreSQL schema is not ready ({'; '.join(problems)}): "
+                "run `threadkeeper migrate` first",
+                file=sys.stderr,
+            )
+            return 2
     try:
         app = create_app(settings)
     except ConfigError as exc:
@@ -129,7 +144,7 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from threadkeeper.domain.threads import ThreadRef, ThreadScope
 
     container = make_container(settings)
-    container.backend.override(_read_only_backend(settings))
+    _read_beside_a_server(container, settings)
     # only the selected profile's backend is opened (Selector), when first asked for
     try:
         service = await container.service()  # type: ignore[misc]
@@ -191,8 +206,11 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
         await container.shutdown_resources()  # type: ignore[misc]
 
 
-def _read_only_backend(settings: Settings) -> Any:
-    """The backend without the embedded data-dir lock (reading beside a running server)."""
+def _read_beside_a_server(container: Any, settings: Settings) -> None:
+    """Open the embedded backend without its data-dir lock (reading beside a running
+    server); the server profiles need no such thing."""
+    if settings.profile != "embedded":
+        return
     from dependency_injector import providers
 
     from threadkeeper.adapters.embedded import open_embedded
@@ -201,11 +219,7 @@ def _read_only_backend(settings: Settings) -> Any:
         async with open_embedded(data_dir, exclusive=False) as opened:
             yield opened
 
-    if settings.profile != "embedded":
-        from threadkeeper.app.container import Container
-
-        return Container.backend
-    return providers.Resource(backend, settings.data_dir)
+    container.backend.override(providers.Resource(backend, settings.data_dir))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -267,6 +281,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if settings.profile == "embedded":
         print("embedded profile: nothing to migrate (its tables are set up at start)")
         return 0
+    if settings.profile == "postgres":
+        from threadkeeper.adapters.postgres import migrate_postgres
+
+        for step in asyncio.run(migrate_postgres(settings.postgres_url)):
+            print(step)
+        return 0
     print(f"threadkeeper: the {settings.profile} profile is not available yet", file=sys.stderr)
     return 2
 
@@ -276,7 +296,7 @@ async def _doctor(settings: Settings) -> int:
 
     print(describe(settings))
     container = make_container(settings)
-    container.backend.override(_read_only_backend(settings))
+    _read_beside_a_server(container, settings)
     ok = True
     try:
         # only the selected profile's backend is opened (Selector), when first asked for

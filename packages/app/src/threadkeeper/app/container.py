@@ -36,6 +36,16 @@ async def embedded_backend(data_dir: str) -> AsyncIterator[Any]:
         yield backend
 
 
+async def postgres_backend(url: str) -> AsyncIterator[Any]:
+    from threadkeeper.adapters.postgres import SchemaNotReady, open_postgres
+
+    try:
+        async with open_postgres(url) as backend:
+            yield backend
+    except SchemaNotReady as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 async def unavailable_backend(profile: str) -> AsyncIterator[Any]:
     raise ProfileUnavailable(
         f"the {profile} profile is not available yet; use THREADKEEPER_PROFILE=embedded"
@@ -110,7 +120,7 @@ class Container(containers.DeclarativeContainer):
     backend = providers.Selector(
         config.profile,
         embedded=providers.Resource(embedded_backend, config.data_dir),
-        postgres=providers.Resource(unavailable_backend, "postgres"),
+        postgres=providers.Resource(postgres_backend, config.postgres_url),
         **{"redis-mysql": providers.Resource(unavailable_backend, "redis-mysql")},
     )
 

@@ -1,1 +1,241 @@
-"""The postgres profile (ADR-0007): adapters arrive with the postgres profile."""
+"""The postgres profile (ADR-0007): checkpoints and memory store on one psycopg pool.
+
+- ``AsyncPostgresSaver`` and ``AsyncPostgresStore`` share one ``AsyncConnectionPool``
+  (autocommit, ``dict_row``), opened with the application.
+- ``migrate_postgres`` runs the saver's and the store's ``setup()`` and threadkeeper's Alembic
+  migrations. The service never issues DDL at start-up: ``open_postgres`` refuses a missing or
+  older schema and says to run ``threadkeeper migrate``.
+- One run per thread across replicas: ``AdvisoryRunLock``.
+- threadkeeper's own tables (run records, feedback) go through SQLAlchemy (psycopg driver).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.store.postgres.aio import AsyncPostgresStore
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from threadkeeper.adapters import migrations
+from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
+from threadkeeper.adapters.sql import SqlRunRecords
+from threadkeeper.domain.errors import ThreadBusy
+from threadkeeper.domain.locks import RunLock
+
+log = logging.getLogger(__name__)
+
+APPLICATION_NAME = "tk-run:"
+
+
+class SchemaNotReady(RuntimeError):
+    """The database lacks threadkeeper's schema, or has an older one."""
+
+
+def advisory_key(thread_key: str) -> int:
+    """A stable signed 64-bit key for ``pg_try_advisory_lock`` (same on every replica)."""
+    return int.from_bytes(
+        hashlib.blake2b(thread_key.encode(), digest_size=8).digest(), "big", signed=True
+    )
+
+
+def _lock_ids(key: int) -> tuple[int, int]:
+    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    return unsigned >> 32, unsigned & 0xFFFFFFFF
+
+
+class AdvisoryRunLock(RunLock):
+    """``pg_try_advisory_lock`` on a connection pinned for the run.
+
+    The holder's run id is the session's ``application_name``, set before the lock is taken,
+    so a refused caller can always name the running run (``pg_locks`` ⋈ ``pg_stat_activity``).
+    Session-level locks break behind PgBouncer in transaction mode: connect directly.
+    """
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self.pool = pool
+
+    def hold(self, thread_key: str, run_id: str) -> AbstractAsyncContextManager[None]:
+        return self._hold(thread_key, run_id)
+
+    @asynccontextmanager
+    async def _hold(self, thread_key: str, run_id: str) -> AsyncIterator[None]:
+        key = advisory_key(thread_key)
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "SELECT set_config('application_name', %s, false)", (APPLICATION_NAME + run_id,)
+            )
+            row: Any = await (
+                await conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (key,))
+            ).fetchone()
+            if not row["ok"]:
+                await conn.execute("SELECT set_config('application_name', '', false)")
+                raise ThreadBusy(await self.holder(thread_key) or "unknown")
+            try:
+                yield
+            finally:
+                try:
+                    await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                    await conn.execute("SELECT set_config('application_name', '', false)")
+                except BaseException:
+                    # the session must not outlive a lock it may still hold
+                    log.warning("advisory unlock failed; closing the session", exc_info=True)
+                    await conn.close()
+                    raise
+
+    async def holder(self, thread_key: str) -> str | None:
+        classid, objid = _lock_ids(advisory_key(thread_key))
+        async with self.pool.connection() as conn:
+            row: Any = await (
+                await conn.execute(
+                    "SELECT a.application_name AS name FROM pg_locks l "
+                    "JOIN pg_stat_activity a ON a.pid = l.pid "
+                    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                    "AND l.classid::bigint = %s AND l.objid::bigint = %s "
+                    "AND l.database = "
+                    "(SELECT oid FROM pg_database WHERE datname = current_database())",
+                    (classid, objid),
+                )
+            ).fetchone()
+        if row is None or not str(row["name"]).startswith(APPLICATION_NAME):
+            return None
+        return str(row["name"])[len(APPLICATION_NAME) :]
+
+
+def sqlalchemy_url(postgres_url: str) -> str:
+    """``postgresql://…`` → SQLAlchemy's ``postgresql+psycopg://…``."""
+    url = make_url(postgres_url)
+    return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def _pool(url: str, *, min_size: int = 2, max_size: int = 20) -> AsyncConnectionPool[Any]:
+    return AsyncConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": None},
+    )
+
+
+def _engine(url: str) -> AsyncEngine:
+    return create_async_engine(sqlalchemy_url(url), pool_size=5, pool_pre_ping=True)
+
+
+async def schema_problems(pool: AsyncConnectionPool[Any], engine: AsyncEngine) -> list[str]:
+    """What is missing or behind; empty when the schema is current."""
+    problems: list[str] = []
+    for table, wanted in (
+        ("checkpoint_migrations", len(AsyncPostgresSaver.MIGRATIONS) - 1),
+        ("store_migrations", len(AsyncPostgresStore.MIGRATIONS) - 1),
+    ):
+        async with pool.connection() as conn:
+            exists: Any = await (
+                await conn.execute("SELECT to_regclass(%s) AS t", (table,))
+            ).fetchone()
+            if exists["t"] is None:
+                problems.append(f"{table} is missing")
+                continue
+            row: Any = await (
+                await conn.execute(f"SELECT max(v) AS v FROM {table}")  # table: a constant
+            ).fetchone()
+            if row["v"] is None or row["v"] < wanted:
+                problems.append(f"{table} is at {row['v']}, wanted {wanted}")
+    async with engine.connect() as conn:
+        current = await conn.run_sync(migrations.current)
+    if current != migrations.head():
+        problems.append(f"threadkeeper tables at {current}, wanted {migrations.head()}")
+    return problems
+
+
+async def check_schema(url: str) -> list[str]:
+    """``schema_problems`` on a short-lived connection (start-up checks, ``doctor``)."""
+    pool = _pool(url, min_size=1, max_size=1)
+    await pool.open(wait=True, timeout=30)
+    engine = _engine(url)
+    try:
+        return await schema_problems(pool, engine)
+    finally:
+        await engine.dispose()
+        await pool.close()
+
+
+async def migrate_postgres(url: str) -> list[str]:
+    """Create or upgrade everything; the steps taken."""
+    steps: list[str] = []
+    pool = _pool(url, min_size=1, max_size=2)
+    await pool.open(wait=True)
+    try:
+        await AsyncPostgresSaver(pool).setup()
+        steps.append("checkpoints: setup()")
+        await AsyncPostgresStore(pool).setup()
+        steps.append("store: setup()")
+    finally:
+        await pool.close()
+    engine = _engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(migrations.upgrade)
+        steps.append(f"threadkeeper tables: alembic upgrade head ({migrations.head()})")
+    finally:
+        await engine.dispose()
+    return steps
+
+
+@dataclass
+class PostgresBackend:
+    pool: AsyncConnectionPool[Any]
+    saver: AsyncPostgresSaver
+    store: AsyncPostgresStore
+    engine: AsyncEngine
+    runs: SqlRunRecords
+    lock: AdvisoryRunLock
+    retention: CheckpointRetention
+    profile: str = "postgres"
+    transcript_in_checkpoints: bool = True
+
+    async def health(self) -> dict[str, str]:
+        try:
+            async with self.pool.connection(timeout=5) as conn:
+                await conn.execute("SELECT 1")
+        except Exception as exc:
+            return {"postgres": f"error: {type(exc).__name__}"}
+        return {"postgres": "ok"}
+
+
+@asynccontextmanager
+async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
+    """Open the pool and engine; refuse a schema that ``threadkeeper migrate`` has not made."""
+    pool = _pool(url)
+    await pool.open(wait=True, timeout=30)
+    engine = _engine(url)
+    try:
+        problems = await schema_problems(pool, engine)
+        if problems:
+            raise SchemaNotReady(
+                "the PostgreSQL schema is not ready (" + "; ".join(problems) + "): run "
+                "`threadkeeper migrate` with THREADKEEPER_PROFILE=postgres first"
+            )
+        saver = AsyncPostgresSaver(pool)
+        store = AsyncPostgresStore(pool)
+        runs = SqlRunRecords(engine)
+        yield PostgresBackend(
+            pool=pool,
+            saver=saver,
+            store=store,
+            engine=engine,
+            runs=runs,
+            lock=AdvisoryRunLock(pool),
+            retention=CheckpointRetention(saver, store, runs),
+        )
+    finally:
+        await engine.dispose()
+        await pool.close()

@@ -1,0 +1,386 @@
+"""Stored bytes and per-turn latency of one thread on PostgreSQL, per way of keeping its state.
+
+One arm = one thread of N turns (reduced 50, full 200) on a real PostgreSQL, each arm in a
+fresh schema of its own (dropped at the end). A turn is one ``ainvoke`` of an agent built by
+``langchain.agents.create_agent`` with a scripted model — the same graph shape (and the same
+``AgentState``, middleware plumbing and message handling) the service runs, so the checkpoints
+hold what a real threadkeeper thread would hold; a hand-built echo ``StateGraph`` would store
+fewer channels and flatter the figures. Each turn sends one human message of ~950 UTF-8 bytes
+of mixed fa/zh/en text and the model answers with one of similar size.
+
+Arms (group ``postgres storage, N turns``):
+
+* ``plain`` (baseline) — ``AsyncPostgresSaver``, default durability (``"async"``),
+  ``add_messages``: what a user gets out of the box.
+* ``blog_compaction`` — plain + a ``before_model`` hook that keeps the last 20 messages via
+  ``RemoveMessage(REMOVE_ALL_MESSAGES)``; destroys history, shown for reference only.
+* ``delta_defaults`` — messages as ``Annotated[list, DeltaChannel(_messages_delta_reducer)]``
+  (langgraph's own batch reducer), default snapshot frequency and durability.
+* ``tk_exit`` — threadkeeper's ``AtomicSaver`` (staged run, committed at the end) +
+  ``durability="exit"`` + ``add_messages``.
+* ``tk_exit_prune`` — ``tk_exit`` + ``await base.aprune([thread_id], strategy="keep_latest")``
+  after each commit.
+* ``tk_delta_exit`` — ``DeltaChannel`` (default frequency) + ``AtomicSaver`` + exit.
+* ``tk_delta_exit_fwd`` — as ``tk_delta_exit`` but the ``AtomicSaver`` forwards
+  ``aget_delta_channel_history`` to the Postgres saver's two-query fast path when the
+  checkpoint asked for is not staged (``AtomicSaver`` itself inherits the base class's
+  walk, one ``aget_tuple`` per ancestor).
+* ``tk_delta_sparse`` — as ``tk_delta_exit_fwd`` with ``snapshot_frequency`` so large that a
+  thread of this size never snapshots: the thread is its deltas only.
+
+Every threadkeeper arm keeps the full message list in the latest state (asserted: 2N
+messages, in order).
+
+Measured per arm, in ``extra_info``:
+
+* ``bytes_per_thread`` — Σ over the thread's rows in ``checkpoints``, ``checkpoint_blobs``
+  and ``checkpoint_writes`` of ``pg_column_size(row.*)``: the row as a composite value, i.e.
+  a 24-byte tuple header + every column *uncompressed and de-TOASTed* (the same per-row
+  overhead for every arm; indexes not counted). This is the figure DESIGN's target uses and
+  the one the FIELD-NOTES' 240× was measured with; it does not depend on how well pglz
+  compresses our tiny-vocabulary synthetic text.
+* ``disk_bytes`` — Σ over the same rows of Σ ``pg_column_size(column)`` + 28 (tuple header
+  + line pointer): the bytes as stored, after TOAST/pglz compression (synthetic text
+  compresses far better than real chat would — reference only).
+* ``transcript_bytes`` — UTF-8 bytes of the human + AI message text; ``storage_ratio`` =
+  ``bytes_per_thread / transcript_bytes``, ``disk_ratio`` likewise.
+* ``turn10_ms`` / ``turnN_ms`` — median wall time of turns 8–12 and of the last 5 turns
+  (each a whole run: staging, ``ainvoke``, commit, prune where the arm prunes);
+  ``latency_ratio`` = ``turnN_ms / turn10_ms``.
+* ``rows`` — rows per table.
+
+The benchmark time is the whole N-turn conversation (``pedantic``, one round).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import statistics
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import psycopg
+import pytest
+from langchain.agents import AgentState, create_agent
+from langchain.agents.middleware import before_model
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, RemoveMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import DeltaChannelHistory
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, _messages_delta_reducer
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from benchmarks.conftest import BenchSize, chat_text
+from tests.support.scripted_model import ScriptedChatModel
+from threadkeeper.adapters.atomic import AtomicSaver
+
+DSN = os.environ.get("THREADKEEPER_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+TURNS = {"reduced": 50, "full": 200}
+MESSAGE_BYTES = 950
+BLOG_KEEP = 20
+TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+NEVER = 10**9  # a snapshot_frequency no thread here reaches
+ROW_OVERHEAD = 28  # heap tuple header (23 bytes, aligned to 24) + 4-byte line pointer
+
+
+# -- the conversation ---------------------------------------------------------------------------
+
+
+def _text(rng: random.Random) -> str:
+    """Mixed fa/zh/en text of at most MESSAGE_BYTES UTF-8 bytes (cut on a character)."""
+    raw = chat_text(rng, MESSAGE_BYTES).encode()[:MESSAGE_BYTES]
+    return raw.decode("utf-8", errors="ignore")
+
+
+@dataclass(frozen=True)
+class Turn:
+    human: HumanMessage
+    answer: str
+
+
+def _turns(count: int, seed: int = 11) -> list[Turn]:
+    rng = random.Random(seed)
+    return [
+        Turn(HumanMessage(_text(rng), id=str(uuid.UUID(int=rng.getrandbits(128)))), _text(rng))
+        for _ in range(count)
+    ]
+
+
+def _transcript_bytes(messages: list[BaseMessage]) -> int:
+    return sum(
+        len(str(m.content).encode()) for m in messages if isinstance(m, (HumanMessage, AIMessage))
+    )
+
+
+# -- state schemas and agents -------------------------------------------------------------------
+
+
+class DeltaState(AgentState):
+    """``AgentState`` whose messages are a DeltaChannel (langgraph's batch reducer)."""
+
+    messages: Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]  # type: ignore[misc]
+
+
+class SparseDeltaState(AgentState):
+    """DeltaChannel that never snapshots within a benchmark thread: deltas only."""
+
+    messages: Annotated[  # type: ignore[misc]
+        list[AnyMessage], DeltaChannel(_messages_delta_reducer, snapshot_frequency=NEVER)
+    ]
+
+
+@before_model
+def _keep_last_20(state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
+    """The blog's compaction: replace the thread's messages with the newest 20."""
+    messages = state["messages"]
+    if len(messages) <= BLOG_KEEP:
+        return None
+    return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages[-BLOG_KEEP:]]}
+
+
+def _model(turns: list[Turn]) -> ScriptedChatModel:
+    return ScriptedChatModel(script=[AIMessage(t.answer) for t in turns])
+
+
+class ForwardingAtomicSaver(AtomicSaver):
+    """``AtomicSaver`` + delta history from the real saver's fast path when nothing staged is
+    on the path (a run reads the committed head it starts from; staged checkpoints fall back to
+    the base class's ancestor walk, which sees the staging through ``aget_tuple``)."""
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Any
+    ) -> Any:
+        staging = self._active(config)
+        wanted = config.get("configurable", {}).get("checkpoint_id")
+        if staging is None or (wanted is not None and wanted not in staging.checkpoints):
+            result: dict[str, DeltaChannelHistory] = dict(
+                await self.base.aget_delta_channel_history(config=config, channels=channels)
+            )
+            return result
+        return await super().aget_delta_channel_history(config=config, channels=channels)
+
+
+# -- arms ---------------------------------------------------------------------------------------
+
+RunTurn = Callable[[Any, HumanMessage, RunnableConfig], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    role: str
+    full_history: bool
+    build: Callable[[AsyncPostgresSaver, list[Turn]], tuple[Any, Any, RunTurn]]
+    """(base saver, turns) -> (agent, checkpointer the agent uses, one turn)."""
+
+
+def _plain(schema: type | None = None, middleware: tuple[Any, ...] = ()) -> Any:
+    def build(base: AsyncPostgresSaver, turns: list[Turn]) -> tuple[Any, Any, RunTurn]:
+        agent = create_agent(
+            _model(turns), checkpointer=base, state_schema=schema, middleware=middleware
+        )
+
+        async def turn(agent: Any, human: HumanMessage, config: RunnableConfig) -> None:
+            await agent.ainvoke({"messages": [human]}, config)
+
+        return agent, base, turn
+
+    return build
+
+
+def _atomic(
+    schema: type | None = None, *, prune: bool = False, saver: type[AtomicSaver] = AtomicSaver
+) -> Any:
+    def build(base: AsyncPostgresSaver, turns: list[Turn]) -> tuple[Any, Any, RunTurn]:
+        atomic = saver(base)
+        agent = create_agent(_model(turns), checkpointer=atomic, state_schema=schema)
+
+        async def turn(agent: Any, human: HumanMessage, config: RunnableConfig) -> None:
+            thread_id = config["configurable"]["thread_id"]
+            with atomic.staging(thread_id) as staging:
+                await agent.ainvoke({"messages": [human]}, config, durability="exit")
+                await atomic.commit(staging)
+            if prune:
+                await base.aprune([thread_id], strategy="keep_latest")
+
+        return agent, atomic, turn
+
+    return build
+
+
+ARMS = [
+    Arm("plain", "baseline", True, _plain()),
+    Arm("blog_compaction", "reference", False, _plain(middleware=(_keep_last_20,))),
+    Arm("delta_defaults", "reference", True, _plain(DeltaState)),
+    Arm("tk_exit", "threadkeeper", True, _atomic()),
+    Arm("tk_exit_prune", "threadkeeper", True, _atomic(prune=True)),
+    Arm("tk_delta_exit", "threadkeeper", True, _atomic(DeltaState)),
+    Arm("tk_delta_exit_fwd", "threadkeeper", True, _atomic(DeltaState, saver=ForwardingAtomicSaver)),
+    Arm(
+        "tk_delta_sparse",
+        "threadkeeper",
+        True,
+        _atomic(SparseDeltaState, saver=ForwardingAtomicSaver),
+    ),
+]
+CHOSEN = "tk_exit_prune"
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _fresh_schema() -> AsyncIterator[tuple[str, AsyncConnectionPool]]:
+    """A new schema with the saver's tables, a pool whose connections use it; dropped after."""
+    schema = f"tk_bench_{uuid.uuid4().hex}"
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+        await admin.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            pool = AsyncConnectionPool(
+                DSN,
+                min_size=1,
+                max_size=4,
+                open=False,
+                kwargs={
+                    "autocommit": True,
+                    "row_factory": dict_row,
+                    "options": f"-c search_path={schema}",
+                },
+            )
+            await pool.open(wait=True)
+            try:
+                await AsyncPostgresSaver(pool).setup()  # type: ignore[arg-type]
+                yield schema, pool
+            finally:
+                await pool.close()
+        finally:
+            await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+async def _stored(pool: AsyncConnectionPool, schema: str, thread_id: str) -> dict[str, Any]:
+    """The thread's rows, three ways (see the module docstring)."""
+    out: dict[str, Any] = {"bytes": 0, "disk": 0, "relations": 0, "rows": {}}
+    async with pool.connection() as conn:
+        for table in TABLES:
+            cur = await conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns"
+                " WHERE table_schema = %s AND table_name = %s",
+                (schema, table),
+            )
+            columns = [(r["column_name"], r["data_type"]) for r in await cur.fetchall()]
+            logical = " + ".join(
+                f"coalesce(octet_length(t.{name}::text), 0)"
+                if kind == "jsonb"
+                else f"coalesce(octet_length(t.{name}), 0)"
+                if kind in ("bytea", "text")
+                else f"coalesce(pg_column_size(t.{name}), 0)"
+                for name, kind in columns
+            )
+            stored = " + ".join(f"coalesce(pg_column_size(t.{name}), 0)" for name, _ in columns)
+            cur = await conn.execute(
+                f"""
+                SELECT count(*) AS n,
+                       coalesce(sum({logical} + {ROW_OVERHEAD}), 0) AS logical,
+                       coalesce(sum({stored} + {ROW_OVERHEAD}), 0) AS disk,
+                       pg_total_relation_size(%s) AS relation
+                FROM {table} t WHERE thread_id = %s
+                """,
+                (f'"{schema}".{table}', thread_id),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            out["rows"][table] = int(row["n"])
+            out["bytes"] += int(row["logical"])
+            out["disk"] += int(row["disk"])
+            out["relations"] += int(row["relation"])
+    return out
+
+
+# -- the benchmark ------------------------------------------------------------------------------
+
+
+def _median_ms(seconds: list[float]) -> float:
+    return round(statistics.median(seconds) * 1e3, 2)
+
+
+@pytest.mark.parametrize("arm", ARMS, ids=[a.name for a in ARMS])
+def test_postgres_storage(benchmark, size: BenchSize, arm: Arm) -> None:  # type: ignore[no-untyped-def]
+    n = TURNS[size.name]
+    turns = _turns(n)
+    benchmark.group = f"postgres storage, {n} turns"
+    loop = asyncio.new_event_loop()
+    schema_cm = _fresh_schema()
+    try:
+        schema, pool = loop.run_until_complete(schema_cm.__aenter__())
+        try:
+
+            async def build() -> tuple[Any, Any, RunTurn]:
+                # the saver binds the running loop when it is created
+                return arm.build(AsyncPostgresSaver(pool), turns)  # type: ignore[arg-type]
+
+            agent, _checkpointer, run_turn = loop.run_until_complete(build())
+            thread_id = f"bench-{arm.name}-{uuid.uuid4().hex[:8]}"
+            config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+            times: list[float] = []
+
+            async def conversation() -> None:
+                for t in turns:
+                    start = time.perf_counter()
+                    await run_turn(agent, t.human, config)
+                    times.append(time.perf_counter() - start)
+
+            benchmark.pedantic(
+                lambda: loop.run_until_complete(conversation()), rounds=1, iterations=1
+            )
+            stored = loop.run_until_complete(_stored(pool, schema, thread_id))
+            state = loop.run_until_complete(agent.aget_state(config))
+        finally:
+            loop.run_until_complete(schema_cm.__aexit__(None, None, None))
+    finally:
+        loop.close()
+
+    messages: list[BaseMessage] = state.values["messages"]
+    transcript = _transcript_bytes(
+        [m for t in turns for m in (t.human, AIMessage(t.answer))]
+    )
+    turn10 = _median_ms(times[5:15])  # turns 6-15
+    turn_n = _median_ms(times[-10:])
+    benchmark.extra_info.update(
+        role=arm.role,
+        turns=n,
+        bytes_per_thread=stored["bytes"],
+        disk_bytes=stored["disk"],
+        relation_bytes=stored["relations"],
+        transcript_bytes=transcript,
+        storage_ratio=round(stored["bytes"] / transcript, 2),
+        disk_ratio=round(stored["disk"] / transcript, 2),
+        turn10_ms=turn10,
+        turnN_ms=turn_n,
+        latency_ratio=round(turn_n / turn10, 2),
+        state_messages=len(messages),
+        rows=stored["rows"],
+    )
+    if arm.name == CHOSEN:
+        benchmark.extra_info["gate_max_ratio"] = 1.0
+    _RESULTS[(size.name, arm.name)] = benchmark.extra_info
+
+    if arm.full_history:
+        assert len(messages) == 2 * n, f"{arm.name} lost history: {len(messages)} messages"
+        assert [m.content for m in messages[::2]] == [t.human.content for t in turns]
+        assert [m.content for m in messages[1::2]] == [t.answer for t in turns]
+    else:
+        assert len(messages) == BLOG_KEEP + 1  # the kept 20 + this turn's answer
+    plain = _RESULTS.get((size.name, "plain"))
+    if arm.name == CHOSEN and plain is not None:
+        assert stored["bytes"] < plain["bytes_per_thread"]
+
+
+_RESULTS: dict[tuple[str, str], dict[str, Any]] = {}
