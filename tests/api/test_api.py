@@ -4,6 +4,7 @@ through the real agent and storage of each profile."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
 from litestar import Litestar
@@ -314,3 +315,20 @@ async def test_restart_keeps_threads_and_memory(make_app: AppFactory, auth: dict
         await run(client, name, "And maternity?")
         page = (await client.get(f"/v1/threads/{name}/messages")).json()
         assert len(page["messages"]) == 4
+
+
+async def test_the_in_app_sweep_deletes_idle_threads(
+    make_app: AppFactory, auth: dict[str, str]
+) -> None:
+    app = make_app(retention_days=30, retention_sweep_minutes=60)
+    async with AsyncTestClient(app, timeout=30) as client:
+        client.headers.update(auth)
+        name = thread()
+        await run(client, name, DENTAL)
+        sweeper = app.state.sweeper
+        assert (await sweeper.run_once()).deleted.threads == 0, "active within 30 days"
+        sweeper.older_than = timedelta(0)
+        report = await sweeper.run_once()
+        assert report.deleted.threads == 1
+        assert report.deleted.messages == 2
+        assert (await client.get(f"/v1/threads/{name}/messages")).status_code == 404

@@ -69,6 +69,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 raise ConfigError(f"{PREFIX}{name.upper()} must not be negative")
         if self.retention_days is not None and self.retention_days < 1:
             raise ConfigError(f"{PREFIX}RETENTION_DAYS must be positive when set")
+        if self.retention_sweep_minutes and self.retention_days is None:
+            raise ConfigError(
+                f"{PREFIX}RETENTION_SWEEP_MINUTES needs {PREFIX}RETENTION_DAYS (the window)"
+            )
         if self.profile != "embedded" and not (self.service_token or self.service_tokens):
             raise ConfigError(
                 f"{PREFIX}SERVICE_TOKEN is required outside the embedded profile "
