@@ -61,6 +61,7 @@ import statistics
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import OrderedDict
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -74,6 +75,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import DeltaChannelHistory
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, _messages_delta_reducer
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
@@ -168,6 +170,35 @@ class ForwardingAtomicSaver(AtomicSaver):
         return await super().aget_delta_channel_history(config=config, channels=channels)
 
 
+class MemoSerde(JsonPlusSerializer):
+    """Deserializes each distinct stored value once per process (bounded LRU keyed by its
+    bytes). A DeltaChannel thread re-reads the same immutable write rows every turn; this
+    skips rebuilding their message objects. The objects are shared between reads, so they
+    must be treated as immutable (LangGraph and threadkeeper's hooks never mutate a message
+    in place — a changed message gets a new id)."""
+
+    def __init__(self, max_entries: int = 50_000, min_bytes: int = 256) -> None:
+        super().__init__()
+        self._cache: OrderedDict[bytes, Any] = OrderedDict()
+        self._max = max_entries
+        self._min = min_bytes
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        type_, raw = data
+        if type_ != "msgpack" or len(raw) < self._min:
+            return super().loads_typed(data)
+        key = bytes(raw)
+        try:
+            value = self._cache[key]
+        except KeyError:
+            value = self._cache[key] = super().loads_typed(data)
+            if len(self._cache) > self._max:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return value
+
+
 # -- arms ---------------------------------------------------------------------------------------
 
 RunTurn = Callable[[Any, HumanMessage, RunnableConfig], Awaitable[None]]
@@ -197,9 +228,15 @@ def _plain(schema: type | None = None, middleware: tuple[Any, ...] = ()) -> Any:
 
 
 def _atomic(
-    schema: type | None = None, *, prune: bool = False, saver: type[AtomicSaver] = AtomicSaver
+    schema: type | None = None,
+    *,
+    prune: bool = False,
+    saver: type[AtomicSaver] = AtomicSaver,
+    memo: bool = False,
 ) -> Any:
     def build(base: AsyncPostgresSaver, turns: list[Turn]) -> tuple[Any, Any, RunTurn]:
+        if memo:
+            base = AsyncPostgresSaver(base.conn, serde=MemoSerde())
         atomic = saver(base)
         agent = create_agent(_model(turns), checkpointer=atomic, state_schema=schema)
 
@@ -229,6 +266,12 @@ ARMS = [
         "threadkeeper",
         True,
         _atomic(SparseDeltaState, saver=ForwardingAtomicSaver),
+    ),
+    Arm(
+        "tk_delta_sparse_memo",
+        "threadkeeper",
+        True,
+        _atomic(SparseDeltaState, saver=ForwardingAtomicSaver, memo=True),
     ),
 ]
 CHOSEN = "tk_exit_prune"
