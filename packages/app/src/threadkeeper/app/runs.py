@@ -126,6 +126,9 @@ class CompletedRun:
 class LiveRun:
     run_id: str
     task: asyncio.Task[None] | None = None
+    finishing: bool = False
+    """The graph has finished: the round is being stored and the run is no longer cancelled
+    when its client leaves (a finished run is stored whole)."""
     queue: asyncio.Queue[RunEvent | RunFailed | None] = field(default_factory=asyncio.Queue)
     outcome: asyncio.Future[dict[str, Any]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -141,8 +144,9 @@ class LiveRun:
                 yield event
             finished = True
         finally:
-            if not finished and self.task is not None and not self.task.done():
-                self.task.cancel()  # the client is gone: the run must leave no trace
+            task = self.task
+            if not finished and task is not None and not task.done() and not self.finishing:
+                task.cancel()  # the client is gone: the run must leave no trace
 
     async def result(self) -> dict[str, Any]:
         return await asyncio.shield(self.outcome)
@@ -266,6 +270,7 @@ class RunService:
                     event = _event(mode, payload)
                     if event is not None:
                         await run.queue.put(event)
+                run.finishing = True
                 state = await self.agent.aget_state(config)
                 values = state.values
                 body, record = self._finish(run.run_id, ref, human, values, trace)
