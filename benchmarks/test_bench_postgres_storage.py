@@ -27,41 +27,56 @@ Arms (group ``postgres storage, N turns``):
   walk, one ``aget_tuple`` per ancestor).
 * ``tk_delta_sparse`` — as ``tk_delta_exit_fwd`` with ``snapshot_frequency`` so large that a
   thread of this size never snapshots: the thread is its deltas only.
+* ``tk_delta_sparse_memo`` — as ``tk_delta_sparse`` with a serializer that deserializes each
+  distinct stored write once per process (``MemoSerde``): the thread's unchanged write rows
+  are re-read every turn, their message objects need not be rebuilt.
 
 Every threadkeeper arm keeps the full message list in the latest state (asserted: 2N
-messages, in order).
+messages, in order); the blog arm keeps 21.
 
 Measured per arm, in ``extra_info``:
 
 * ``bytes_per_thread`` — Σ over the thread's rows in ``checkpoints``, ``checkpoint_blobs``
-  and ``checkpoint_writes`` of ``pg_column_size(row.*)``: the row as a composite value, i.e.
-  a 24-byte tuple header + every column *uncompressed and de-TOASTed* (the same per-row
-  overhead for every arm; indexes not counted). This is the figure DESIGN's target uses and
-  the one the FIELD-NOTES' 240× was measured with; it does not depend on how well pglz
-  compresses our tiny-vocabulary synthetic text.
-* ``disk_bytes`` — Σ over the same rows of Σ ``pg_column_size(column)`` + 28 (tuple header
-  + line pointer): the bytes as stored, after TOAST/pglz compression (synthetic text
-  compresses far better than real chat would — reference only).
+  and ``checkpoint_writes`` of (``octet_length`` of every ``bytea``/``text`` column,
+  ``octet_length(col::text)`` of every ``jsonb`` column, ``pg_column_size`` of the rest,
+  + 28 bytes per row for the heap tuple header and line pointer). ``octet_length`` is the
+  uncompressed length, so this is what the thread *is*, independent of TOAST/pglz; it
+  reproduces FIELD-NOTES' ~240× for the plain arm, and DESIGN's ≤ 2× target is on it.
+  Indexes are not counted.
+* ``disk_bytes`` — the same rows with ``pg_column_size`` of every column (+ 28): as stored,
+  after pglz. Our synthetic text comes from a ~100-word vocabulary and compresses ~3×; real
+  chat compresses far less, so this is for reference only. (``pg_column_size(t.*)`` of a
+  whole row gives this compressed figure too, not the uncompressed one.)
+* ``relation_bytes`` — ``pg_total_relation_size`` of the three tables of the arm's schema
+  (which hold only this thread): heap + TOAST + indexes, dead tuples included. A prune
+  deletes rows but the files keep their size (``VACUUM`` makes the space reusable, it does
+  not give it back), so for the pruning arm this shows what the run *wrote*.
 * ``transcript_bytes`` — UTF-8 bytes of the human + AI message text; ``storage_ratio`` =
-  ``bytes_per_thread / transcript_bytes``, ``disk_ratio`` likewise.
-* ``turn10_ms`` / ``turnN_ms`` — median wall time of turns 8–12 and of the last 5 turns
-  (each a whole run: staging, ``ainvoke``, commit, prune where the arm prunes);
-  ``latency_ratio`` = ``turnN_ms / turn10_ms``.
-* ``rows`` — rows per table.
+  ``bytes_per_thread / transcript_bytes``, ``disk_ratio`` = ``disk_bytes / transcript_bytes``.
+* ``turn10_ms`` / ``turnN_ms`` — median wall time of turns 6–15 and of the last 10 turns,
+  each a whole run (staging, ``ainvoke``, commit, and the prune where the arm prunes);
+  ``latency_ratio`` = ``turnN_ms / turn10_ms``; ``prune10_ms`` / ``pruneN_ms`` — the part of
+  those turns spent in ``aprune`` (pruning arms only). On this shared 2-core machine single
+  turns are noisy: at 50 turns the ratio moves by ±0.3 between runs, at 200 by ±0.5.
+* ``rows`` — rows per table; ``state_messages`` — messages in the final state.
 
-The benchmark time is the whole N-turn conversation (``pedantic``, one round).
+The benchmark time is the whole N-turn conversation (``pedantic``, one round). The chosen
+arm (``CHOSEN``) is gated at 1.25× the baseline's time: loose on purpose — at 50 turns the
+prune's fixed cost per turn still weighs about as much as the baseline's growth (measured
+0.87–0.98×), at 200 turns 0.77–0.87×.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import random
 import statistics
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -128,13 +143,13 @@ def _transcript_bytes(messages: list[BaseMessage]) -> int:
 class DeltaState(AgentState):
     """``AgentState`` whose messages are a DeltaChannel (langgraph's batch reducer)."""
 
-    messages: Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]  # type: ignore[misc]
+    messages: Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
 
 
 class SparseDeltaState(AgentState):
     """DeltaChannel that never snapshots within a benchmark thread: deltas only."""
 
-    messages: Annotated[  # type: ignore[misc]
+    messages: Annotated[
         list[AnyMessage], DeltaChannel(_messages_delta_reducer, snapshot_frequency=NEVER)
     ]
 
@@ -157,9 +172,7 @@ class ForwardingAtomicSaver(AtomicSaver):
     on the path (a run reads the committed head it starts from; staged checkpoints fall back to
     the base class's ancestor walk, which sees the staging through ``aget_tuple``)."""
 
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Any
-    ) -> Any:
+    async def aget_delta_channel_history(self, *, config: RunnableConfig, channels: Any) -> Any:
         staging = self._active(config)
         wanted = config.get("configurable", {}).get("checkpoint_id")
         if staging is None or (wanted is not None and wanted not in staging.checkpoints):
@@ -201,7 +214,8 @@ class MemoSerde(JsonPlusSerializer):
 
 # -- arms ---------------------------------------------------------------------------------------
 
-RunTurn = Callable[[Any, HumanMessage, RunnableConfig], Awaitable[None]]
+RunTurn = Callable[[Any, HumanMessage, RunnableConfig], Awaitable[float]]
+"""One turn; returns the seconds of it spent pruning (0.0 where the arm does not prune)."""
 
 
 @dataclass(frozen=True)
@@ -219,8 +233,9 @@ def _plain(schema: type | None = None, middleware: tuple[Any, ...] = ()) -> Any:
             _model(turns), checkpointer=base, state_schema=schema, middleware=middleware
         )
 
-        async def turn(agent: Any, human: HumanMessage, config: RunnableConfig) -> None:
+        async def turn(agent: Any, human: HumanMessage, config: RunnableConfig) -> float:
             await agent.ainvoke({"messages": [human]}, config)
+            return 0.0
 
         return agent, base, turn
 
@@ -240,13 +255,16 @@ def _atomic(
         atomic = saver(base)
         agent = create_agent(_model(turns), checkpointer=atomic, state_schema=schema)
 
-        async def turn(agent: Any, human: HumanMessage, config: RunnableConfig) -> None:
+        async def turn(agent: Any, human: HumanMessage, config: RunnableConfig) -> float:
             thread_id = config["configurable"]["thread_id"]
             with atomic.staging(thread_id) as staging:
                 await agent.ainvoke({"messages": [human]}, config, durability="exit")
                 await atomic.commit(staging)
-            if prune:
-                await base.aprune([thread_id], strategy="keep_latest")
+            if not prune:
+                return 0.0
+            start = time.perf_counter()
+            await base.aprune([thread_id], strategy="keep_latest")
+            return time.perf_counter() - start
 
         return agent, atomic, turn
 
@@ -260,7 +278,9 @@ ARMS = [
     Arm("tk_exit", "threadkeeper", True, _atomic()),
     Arm("tk_exit_prune", "threadkeeper", True, _atomic(prune=True)),
     Arm("tk_delta_exit", "threadkeeper", True, _atomic(DeltaState)),
-    Arm("tk_delta_exit_fwd", "threadkeeper", True, _atomic(DeltaState, saver=ForwardingAtomicSaver)),
+    Arm(
+        "tk_delta_exit_fwd", "threadkeeper", True, _atomic(DeltaState, saver=ForwardingAtomicSaver)
+    ),
     Arm(
         "tk_delta_sparse",
         "threadkeeper",
@@ -275,6 +295,7 @@ ARMS = [
     ),
 ]
 CHOSEN = "tk_exit_prune"
+GATE = 1.25  # the chosen arm's conversation time ÷ plain's; see the module docstring
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
@@ -311,9 +332,9 @@ async def _fresh_schema() -> AsyncIterator[tuple[str, AsyncConnectionPool]]:
 async def _stored(pool: AsyncConnectionPool, schema: str, thread_id: str) -> dict[str, Any]:
     """The thread's rows, three ways (see the module docstring)."""
     out: dict[str, Any] = {"bytes": 0, "disk": 0, "relations": 0, "rows": {}}
-    async with pool.connection() as conn:
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         for table in TABLES:
-            cur = await conn.execute(
+            await cur.execute(
                 "SELECT column_name, data_type FROM information_schema.columns"
                 " WHERE table_schema = %s AND table_name = %s",
                 (schema, table),
@@ -328,7 +349,7 @@ async def _stored(pool: AsyncConnectionPool, schema: str, thread_id: str) -> dic
                 for name, kind in columns
             )
             stored = " + ".join(f"coalesce(pg_column_size(t.{name}), 0)" for name, _ in columns)
-            cur = await conn.execute(
+            await cur.execute(
                 f"""
                 SELECT count(*) AS n,
                        coalesce(sum({logical} + {ROW_OVERHEAD}), 0) AS logical,
@@ -350,15 +371,38 @@ async def _stored(pool: AsyncConnectionPool, schema: str, thread_id: str) -> dic
 # -- the benchmark ------------------------------------------------------------------------------
 
 
+def _langgraph_surface_is_unchanged() -> None:
+    """The beta / private LangGraph names these arms (and docs/storage-postgres.md) rely on."""
+    params = inspect.signature(DeltaChannel.__init__).parameters
+    assert list(params)[:3] == ["self", "reducer", "typ"], params
+    assert params["snapshot_frequency"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["snapshot_frequency"].default == 100
+    prune = inspect.signature(AsyncPostgresSaver.aprune).parameters
+    assert list(prune) == ["self", "thread_ids", "strategy"], prune
+    assert prune["strategy"].default == "keep_latest"
+    assert "aget_delta_channel_history" in vars(AsyncPostgresSaver), "fast path gone"
+    assert "aget_delta_channel_history" not in vars(AtomicSaver), (
+        "AtomicSaver now forwards delta history: drop ForwardingAtomicSaver, re-measure"
+    )
+    a, b = HumanMessage("a", id="a"), AIMessage("b", id="b")
+    assert _messages_delta_reducer(_messages_delta_reducer([], [[a]]), [[b]]) == [a, b]
+    assert _messages_delta_reducer([], [[a], [b]]) == [a, b]  # batching-invariant
+
+
 def _median_ms(seconds: list[float]) -> float:
     return round(statistics.median(seconds) * 1e3, 2)
 
 
 @pytest.mark.parametrize("arm", ARMS, ids=[a.name for a in ARMS])
 def test_postgres_storage(benchmark, size: BenchSize, arm: Arm) -> None:  # type: ignore[no-untyped-def]
+    _langgraph_surface_is_unchanged()
     n = TURNS[size.name]
     turns = _turns(n)
     benchmark.group = f"postgres storage, {n} turns"
+    thread_id = f"bench-{arm.name}-{uuid.uuid4().hex[:8]}"
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    times: list[float] = []
+    pruning: list[float] = []
     loop = asyncio.new_event_loop()
     schema_cm = _fresh_schema()
     try:
@@ -369,15 +413,12 @@ def test_postgres_storage(benchmark, size: BenchSize, arm: Arm) -> None:  # type
                 # the saver binds the running loop when it is created
                 return arm.build(AsyncPostgresSaver(pool), turns)  # type: ignore[arg-type]
 
-            agent, _checkpointer, run_turn = loop.run_until_complete(build())
-            thread_id = f"bench-{arm.name}-{uuid.uuid4().hex[:8]}"
-            config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-            times: list[float] = []
+            agent, checkpointer, run_turn = loop.run_until_complete(build())
 
             async def conversation() -> None:
                 for t in turns:
                     start = time.perf_counter()
-                    await run_turn(agent, t.human, config)
+                    pruning.append(await run_turn(agent, t.human, config))
                     times.append(time.perf_counter() - start)
 
             benchmark.pedantic(
@@ -385,35 +426,41 @@ def test_postgres_storage(benchmark, size: BenchSize, arm: Arm) -> None:  # type
             )
             stored = loop.run_until_complete(_stored(pool, schema, thread_id))
             state = loop.run_until_complete(agent.aget_state(config))
+            if "delta" in arm.name:  # keep_latest refuses DeltaChannel threads
+                base = checkpointer.base if isinstance(checkpointer, AtomicSaver) else checkpointer
+                with pytest.raises(NotImplementedError, match="DeltaChannel"):
+                    loop.run_until_complete(base.aprune([thread_id], strategy="keep_latest"))
         finally:
             loop.run_until_complete(schema_cm.__aexit__(None, None, None))
     finally:
         loop.close()
 
     messages: list[BaseMessage] = state.values["messages"]
-    transcript = _transcript_bytes(
-        [m for t in turns for m in (t.human, AIMessage(t.answer))]
-    )
+    transcript = _transcript_bytes([m for t in turns for m in (t.human, AIMessage(t.answer))])
     turn10 = _median_ms(times[5:15])  # turns 6-15
     turn_n = _median_ms(times[-10:])
     benchmark.extra_info.update(
         role=arm.role,
         turns=n,
         bytes_per_thread=stored["bytes"],
-        disk_bytes=stored["disk"],
-        relation_bytes=stored["relations"],
         transcript_bytes=transcript,
         storage_ratio=round(stored["bytes"] / transcript, 2),
+        disk_bytes=stored["disk"],
         disk_ratio=round(stored["disk"] / transcript, 2),
+        relation_bytes=stored["relations"],
         turn10_ms=turn10,
         turnN_ms=turn_n,
         latency_ratio=round(turn_n / turn10, 2),
         state_messages=len(messages),
         rows=stored["rows"],
     )
+    if any(pruning):
+        benchmark.extra_info.update(
+            prune10_ms=_median_ms(pruning[5:15]), pruneN_ms=_median_ms(pruning[-10:])
+        )
     if arm.name == CHOSEN:
-        benchmark.extra_info["gate_max_ratio"] = 1.0
-    _RESULTS[(size.name, arm.name)] = benchmark.extra_info
+        benchmark.extra_info["gate_max_ratio"] = GATE
+    _RESULTS[(size.name, arm.name)] = dict(benchmark.extra_info)
 
     if arm.full_history:
         assert len(messages) == 2 * n, f"{arm.name} lost history: {len(messages)} messages"
@@ -422,8 +469,8 @@ def test_postgres_storage(benchmark, size: BenchSize, arm: Arm) -> None:  # type
     else:
         assert len(messages) == BLOG_KEEP + 1  # the kept 20 + this turn's answer
     plain = _RESULTS.get((size.name, "plain"))
-    if arm.name == CHOSEN and plain is not None:
-        assert stored["bytes"] < plain["bytes_per_thread"]
+    if arm.name == CHOSEN and plain is not None:  # sanity only; the targets are reported
+        assert benchmark.extra_info["storage_ratio"] < plain["storage_ratio"]
 
 
 _RESULTS: dict[tuple[str, str], dict[str, Any]] = {}

@@ -46,7 +46,12 @@ def test_replay_prints_every_model_call_of_a_run(
         ).json()
         point_cli_at(monkeypatch, profile, tmp_path, database)
         args = ["replay", "--thread", "replayed", "--tenant", TENANT, "--user", USER]
+        assert cli.main([*args, "--run", first["run_id"]]) == 0  # an earlier run too
+        earlier = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert cli.main([*args, "--run", second["run_id"]]) == 0
+    assert earlier[0]["run_id"] == first["run_id"]
+    assert earlier[1]["messages"][1]["content"] == "Is dental treatment covered?"
+    assert all(m["role"] != "missing" for call in earlier[1:] for m in call["messages"])
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     head, calls = lines[0], lines[1:]
     assert head["run_id"] == second["run_id"]

@@ -157,6 +157,10 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
         if record.checkpoint_id:
             config["configurable"]["checkpoint_id"] = record.checkpoint_id
         state = await service.agent.aget_state(config)
+        if not state.values and record.checkpoint_id:
+            # pruned (postgres keeps only the newest checkpoint): the newest state holds
+            # every message, under the same ids
+            state = await service.agent.aget_state({"configurable": {"thread_id": ref.key}})
         by_id = {str(m.id): m for m in (state.values or {}).get("messages", [])}
         print(
             json.dumps(

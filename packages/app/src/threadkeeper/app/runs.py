@@ -71,6 +71,10 @@ class Backend(Protocol):
     lock: RunLock
     profile: str
 
+    async def after_commit(self, thread_key: str) -> None:
+        """Storage upkeep once a round is committed, still under the thread's lock."""
+        ...
+
     async def health(self) -> dict[str, str]: ...
 
 
@@ -278,6 +282,10 @@ class RunService:
             checkpoint_id = (committed or {}).get("configurable", {}).get("checkpoint_id")
             record = msgspec.structs.replace(record, checkpoint_id=checkpoint_id)
             await self.backend.runs.save(record)
+            try:
+                await self.backend.after_commit(ref.key)
+            except Exception:  # the round is stored; the next run's upkeep catches up
+                log.warning("storage upkeep after run %s failed", run.run_id, exc_info=True)
             if body["status"] == "answered":
                 await self._remember(ref, human, body)
         except asyncio.CancelledError:

@@ -83,6 +83,9 @@ class EmbeddedBackend:
     profile: str = "embedded"
     transcript_in_checkpoints: bool = True
 
+    async def after_commit(self, thread_key: str) -> None:
+        """Nothing: the embedded profile keeps every checkpoint of a thread."""
+
     async def health(self) -> dict[str, str]:
         try:
             await self.saver.conn.execute("SELECT 1")

@@ -1,0 +1,47 @@
+"""The postgres profile keeps one checkpoint per thread (pruned after each committed run),
+whose state still holds the whole history: storage grows with the transcript, not with its
+square (docs/storage-postgres.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from litestar.testing import AsyncTestClient
+
+from tests.api.conftest import headers_for, run, settings_for
+from tests.support.postgres import fresh_schema
+from threadkeeper.app.application import create_app
+
+pytestmark = pytest.mark.integration
+TURNS = 12
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    with fresh_schema() as migrated:
+        yield migrated
+
+
+async def test_one_checkpoint_per_thread_and_the_whole_history(url: str, tmp_path: Path) -> None:
+    app = create_app(settings_for("postgres", tmp_path, url))
+    async with AsyncTestClient(app, timeout=60) as client:
+        client.headers.update(headers_for("postgres"))
+        for turn in range(TURNS):
+            await run(client, "long", f"Question {turn}: is dental treatment covered? " * 4)
+        page = (await client.get("/v1/threads/long/messages", params={"limit": 100})).json()
+    assert len(page["messages"]) == 2 * TURNS
+    with psycopg.connect(url) as conn:
+        checkpoints = conn.execute(
+            "SELECT count(*) FROM checkpoints WHERE thread_id LIKE '%:long'"
+        ).fetchone()
+        stored = conn.execute(
+            "SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_blobs "
+            "WHERE thread_id LIKE '%:long'"
+        ).fetchone()
+    assert checkpoints == (1,)
+    transcript = sum(len(m["content"].encode()) for m in page["messages"])
+    assert stored is not None
+    assert stored[0] < 6 * transcript, (stored[0], transcript)
