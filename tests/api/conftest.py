@@ -35,7 +35,8 @@ def parse_sse(text: str) -> list[Event]:
     """Events of a ``text/event-stream`` body (``event:`` + ``data:`` lines)."""
     events: list[Event] = []
     name, data = "message", []
-    for line in text.splitlines():
+    # SSE lines end in CR, LF or CRLF only (str.splitlines would also break at U+2028 etc.)
+    for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
         if not line:
             if data:
                 events.append(Event(name, json.loads("\n".join(data))))

@@ -332,3 +332,35 @@ async def test_the_in_app_sweep_deletes_idle_threads(
         assert report.deleted.threads == 1
         assert report.deleted.messages == 2
         assert (await client.get(f"/v1/threads/{name}/messages")).status_code == 404
+
+
+async def test_ids_with_dots_work_everywhere(client: Client, auth: dict[str, str]) -> None:
+    """Found by schemathesis: LangGraph's store refuses dots in namespace labels."""
+    headers = {**auth, "X-Tenant-Id": "acme.eu", "X-User-Id": "jane.doe"}
+    response = await client.post(
+        "/v1/threads/t.1/runs",
+        json={"message": {"content": "I have two kids. Is dental covered?"}},
+        headers={**headers, "Accept": "application/json"},
+    )
+    assert response.status_code == 200, response.text
+    memory = await client.get("/v1/users/jane.doe/memory", headers=headers)
+    assert memory.status_code == 200
+    assert memory.json()["facts"]
+    other = await client.get(
+        "/v1/users/jane-doe/memory", headers={**headers, "X-User-Id": "jane-doe"}
+    )
+    assert other.json() == {"profile": [], "facts": []}
+    assert (await client.delete("/v1/users/jane.doe/memory", headers=headers)).status_code == 200
+    receipt = await client.delete("/v1/users/jane.doe", headers=headers)
+    assert receipt.status_code == 200
+    assert receipt.json()["threads"] == 1
+
+
+async def test_a_nul_in_a_feedback_comment_is_422(client: Client) -> None:
+    name = thread()
+    body = await run(client, name, DENTAL)
+    response = await client.post(
+        f"/v1/threads/{name}/runs/{body['run_id']}/feedback",
+        json={"score": 1, "comment": "bad\u0000comment"},
+    )
+    assert response.status_code == 422

@@ -16,6 +16,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from threadkeeper.adapters.sql import SqlRunRecords
+from threadkeeper.domain.memory import user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, Retention
 from threadkeeper.domain.tokens import message_text
 
@@ -86,5 +87,5 @@ class CheckpointRetention(Retention):
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
         receipt = await self.delete_threads(sorted(await self.user_thread_keys(tenant_id, user_id)))
         _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
-        items = await delete_store_prefix(self.store, (tenant_id, "user", user_id))
+        items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
         return receipt + ErasureReceipt(memory_items=items, feedback=stray_feedback)

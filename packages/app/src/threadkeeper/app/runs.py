@@ -47,6 +47,7 @@ from threadkeeper.domain.memory import (
     MemoryRules,
     Provenance,
     memory_namespace,
+    user_namespace,
 )
 from threadkeeper.domain.retention import ErasureReceipt
 from threadkeeper.domain.runs import Feedback, ModelCall, RunRecord, RunRecords
@@ -477,7 +478,7 @@ class RunService:
 
     async def reset_memory(self, caller: Caller) -> int:
         return await delete_store_prefix(
-            self.backend.store, (caller.tenant_id, "user", caller.user_id)
+            self.backend.store, user_namespace(caller.tenant_id, caller.user_id)
         )
 
     async def erase_user(self, caller: Caller) -> ErasureReceipt:

@@ -27,9 +27,20 @@ class MemoryKind(StrEnum):
     """A bounded set of things the user asked about or mentioned (products, topics)."""
 
 
+def store_label(value: str) -> str:
+    """An id as a store namespace label: LangGraph's stores refuse ``.`` in labels, and ids
+    may hold dots but never ``:``, so ``.`` → ``:`` keeps distinct ids distinct."""
+    return value.replace(".", ":")
+
+
+def user_namespace(tenant_id: str, user_id: str) -> tuple[str, ...]:
+    """``(tenant_id, "user", user_id)``: the prefix of everything remembered about a user."""
+    return (store_label(tenant_id), "user", store_label(user_id))
+
+
 def memory_namespace(tenant_id: str, user_id: str, kind: MemoryKind) -> tuple[str, ...]:
     """``(tenant_id, "user", user_id, kind)`` — the tenant leads, as ADR-0002 requires."""
-    return (tenant_id, "user", user_id, kind.value)
+    return (*user_namespace(tenant_id, user_id), kind.value)
 
 
 class Provenance(msgspec.Struct, frozen=True):

@@ -78,7 +78,14 @@ class FeedbackBody(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """``POST /v1/threads/{thread_id}/runs/{run_id}/feedback``."""
 
     score: Literal[1, -1]
-    comment: Annotated[str, msgspec.Meta(max_length=MAX_COMMENT_CHARS)] | None = None
+    comment: (
+        Annotated[
+            str,
+            # no NUL: PostgreSQL text cannot hold it (found by schemathesis)
+            msgspec.Meta(max_length=MAX_COMMENT_CHARS, pattern=r"^[^\x00]*$"),
+        ]
+        | None
+    ) = None
 
 
 # --- responses ------------------------------------------------------------------------------
