@@ -81,7 +81,6 @@ class EmbeddedBackend:
     lock: InMemoryRunLock
     retention: CheckpointRetention
     profile: str = "embedded"
-    transcript_in_checkpoints: bool = True
 
     async def after_commit(self, thread_key: str) -> None:
         """Nothing: the embedded profile keeps every checkpoint of a thread."""

@@ -200,7 +200,6 @@ class PostgresBackend:
     lock: AdvisoryRunLock
     retention: CheckpointRetention
     profile: str = "postgres"
-    transcript_in_checkpoints: bool = True
 
     async def after_commit(self, thread_key: str) -> None:
         """Keep only the thread's newest checkpoint (its state holds the whole history).
