@@ -13,7 +13,9 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
+from tests.support.mysql import fresh_database
 from tests.support.postgres import fresh_schema
+from tests.support.redis_stack import PrivateRedis, private_redis
 from threadkeeper.app.application import create_app
 from threadkeeper.app.config import Settings
 
@@ -22,7 +24,29 @@ USER = "user-1"
 HEADERS = {"X-Tenant-Id": TENANT, "X-User-Id": USER}
 
 TOKEN = "api-suite-token"
-PROFILES = ["embedded", pytest.param("postgres", marks=pytest.mark.integration)]
+PROFILES = [
+    "embedded",
+    pytest.param("postgres", marks=pytest.mark.integration),
+    pytest.param("redis-mysql", marks=pytest.mark.integration),
+]
+
+
+@dataclass(frozen=True)
+class Servers:
+    """Where a server profile's data lives for one test."""
+
+    postgres_url: str | None = None
+    redis_url: str | None = None
+    mysql_url: str | None = None
+
+    def env(self) -> dict[str, str]:
+        """The same as ``THREADKEEPER_*`` variables (for the CLI and server processes)."""
+        values = {
+            "THREADKEEPER_POSTGRES_URL": self.postgres_url,
+            "THREADKEEPER_REDIS_URL": self.redis_url,
+            "THREADKEEPER_MYSQL_URL": self.mysql_url,
+        }
+        return {k: v for k, v in values.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -50,14 +74,26 @@ def parse_sse(text: str) -> list[Event]:
     return events
 
 
-def settings_for(profile: str, root: Path, url: str | None, **overrides: Any) -> Settings:
+def settings_for(profile: str, root: Path, servers: Servers | None, **overrides: Any) -> Settings:
     if profile == "embedded":
         return Settings(profile="embedded", data_dir=str(root / "data"), **overrides)
+    assert servers is not None, f"the {profile} profile needs its servers"
     if profile == "postgres":
+        assert servers.postgres_url is not None
         return Settings(
-            profile="postgres", postgres_url=url or "", service_token=TOKEN, **overrides
+            profile="postgres", postgres_url=servers.postgres_url, service_token=TOKEN, **overrides
         )
-    raise NotImplementedError(profile)  # pragma: no cover - later profiles add theirs here
+    if profile == "redis-mysql":
+        assert servers.redis_url is not None
+        assert servers.mysql_url is not None
+        return Settings(
+            profile="redis-mysql",
+            redis_url=servers.redis_url,
+            mysql_url=servers.mysql_url,
+            service_token=TOKEN,
+            **overrides,
+        )
+    raise NotImplementedError(profile)  # pragma: no cover
 
 
 def headers_for(profile: str) -> dict[str, str]:
@@ -75,18 +111,41 @@ def profile(request: pytest.FixtureRequest) -> str:
 AppFactory = Callable[..., Litestar]
 
 
+@pytest.fixture(scope="session")
+def redis_stack() -> Iterator[PrivateRedis]:
+    """A private Redis Stack for the suite (flushed before each test that uses it), so threads
+    of one test never meet another's checkpoints and the shared server is left alone."""
+    with private_redis() as server:
+        yield server
+
+
 @pytest.fixture
-def database(profile: str) -> Iterator[str | None]:
-    """The server the profile needs: a fresh migrated schema per test."""
+def database(profile: str, request: pytest.FixtureRequest) -> Iterator[Servers | None]:
+    """The servers the profile needs: a fresh migrated schema or database per test."""
     if profile == "postgres":
         with fresh_schema() as url:
-            yield url
+            yield Servers(postgres_url=url)
+    elif profile == "redis-mysql":
+        server: PrivateRedis = request.getfixturevalue("redis_stack")
+        flush(server.url)
+        with fresh_database() as url:
+            yield Servers(redis_url=server.url, mysql_url=url)
     else:
         yield None
 
 
+def flush(redis_url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.flushall()
+    finally:
+        client.close()
+
+
 @pytest.fixture
-def make_app(profile: str, tmp_path: Path, database: str | None) -> AppFactory:
+def make_app(profile: str, tmp_path: Path, database: Servers | None) -> AppFactory:
     def make(**overrides: Any) -> Litestar:
         return create_app(settings_for(profile, tmp_path, database, **overrides))
 

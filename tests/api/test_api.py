@@ -3,6 +3,7 @@ through the real agent and storage of each profile."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from tests.api.conftest import TENANT, USER, AppFactory, parse_sse, run
+from threadkeeper.domain.retention import SweepReport
 
 Client = AsyncTestClient[Litestar]
 DENTAL = "Is dental treatment covered by my health insurance?"
@@ -326,9 +328,13 @@ async def test_the_in_app_sweep_deletes_idle_threads(
         name = thread()
         await run(client, name, DENTAL)
         sweeper = app.state.sweeper
-        assert (await sweeper.run_once()).deleted.threads == 0, "active within 30 days"
+
+        async def sweep_once() -> SweepReport:  # on the app's own event loop (its pools')
+            return await asyncio.to_thread(client.blocking_portal.call, sweeper.run_once)
+
+        assert (await sweep_once()).deleted.threads == 0, "active within 30 days"
         sweeper.older_than = timedelta(0)
-        report = await sweeper.run_once()
+        report = await sweep_once()
         assert report.deleted.threads == 1
         assert report.deleted.messages == 2
         assert (await client.get(f"/v1/threads/{name}/messages")).status_code == 404

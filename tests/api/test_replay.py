@@ -8,18 +8,19 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from tests.api.conftest import TENANT, TOKEN, USER, AppFactory
+from tests.api.conftest import TENANT, TOKEN, USER, AppFactory, Servers
 from threadkeeper.app import cli
 
 
 def point_cli_at(
-    monkeypatch: pytest.MonkeyPatch, profile: str, root: Path, database: str | None
+    monkeypatch: pytest.MonkeyPatch, profile: str, root: Path, database: Servers | None
 ) -> None:
     """The CLI's environment for the storage the app under test uses."""
     monkeypatch.setenv("THREADKEEPER_PROFILE", profile)
     monkeypatch.setenv("THREADKEEPER_DATA_DIR", str(root / "data"))
     if database is not None:
-        monkeypatch.setenv("THREADKEEPER_POSTGRES_URL", database)
+        for name, value in database.env().items():
+            monkeypatch.setenv(name, value)
         monkeypatch.setenv("THREADKEEPER_SERVICE_TOKEN", TOKEN)
 
 
@@ -27,7 +28,7 @@ def test_replay_prints_every_model_call_of_a_run(
     make_app: AppFactory,
     profile: str,
     auth: dict[str, str],
-    database: str | None,
+    database: Servers | None,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -75,7 +76,7 @@ def test_replay_prints_every_model_call_of_a_run(
 def test_replay_of_an_unknown_run_fails_clearly(
     make_app: AppFactory,
     profile: str,
-    database: str | None,
+    database: Servers | None,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.api.conftest import headers_for, run, settings_for
+from tests.api.conftest import Servers, headers_for, run, settings_for
 from tests.support.postgres import fresh_schema
 from threadkeeper.app.application import create_app
 
@@ -26,7 +26,7 @@ def url() -> Iterator[str]:
 
 
 async def test_one_checkpoint_per_thread_and_the_whole_history(url: str, tmp_path: Path) -> None:
-    app = create_app(settings_for("postgres", tmp_path, url))
+    app = create_app(settings_for("postgres", tmp_path, Servers(postgres_url=url)))
     async with AsyncTestClient(app, timeout=60) as client:
         client.headers.update(headers_for("postgres"))
         for turn in range(TURNS):

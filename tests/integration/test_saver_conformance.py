@@ -1,5 +1,7 @@
 """LangGraph's checkpoint conformance suite against the saver as threadkeeper configures it:
-``AtomicSaver`` over ``AsyncPostgresSaver`` (one shared pool) and over ``AsyncSqliteSaver``.
+``AtomicSaver`` over ``AsyncPostgresSaver`` (one shared pool), over ``AsyncSqliteSaver``, and
+over the redis-mysql profile's ``HealingRedisSaver`` (TTL refreshed on read, on a private Redis
+Stack).
 Outside a run's staging the wrapper must behave exactly like the saver it wraps."""
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from tests.support.postgres import fresh_schema
+from tests.support.redis_stack import private_redis
 from threadkeeper.adapters.atomic import AtomicSaver
 from threadkeeper.adapters.postgres import _pool
+from threadkeeper.adapters.redis_mysql import HealingRedisSaver
 
 pytestmark = pytest.mark.integration
 
@@ -53,3 +57,36 @@ async def test_atomic_saver_over_sqlite_conforms(tmp_path: Path) -> None:
     report = await validate(saver)
     report.print_report()
     assert report.passed_all_base(), report.to_dict()
+
+
+# langgraph-checkpoint-redis 0.5.2 itself fails these "list" cases (checked: the bare
+# AsyncRedisSaver fails exactly the same ones). threadkeeper never lists by namespace, by
+# ``before`` or by custom metadata keys on this profile (the archive answers those questions),
+# so they are pinned here: a version that fixes or breaks more shows up as a failure.
+REDIS_SAVER_KNOWN_LIST_GAPS = {
+    "test_list_by_namespace",
+    "test_list_metadata_custom_keys",
+    "test_list_before",
+    "test_list_limit_plus_before",
+    "test_list_multiple_namespaces",
+}
+
+
+async def test_atomic_saver_over_redis_conforms() -> None:
+    with private_redis() as server:
+
+        @checkpointer_test(name="AtomicSaver(HealingRedisSaver)")
+        async def saver() -> AsyncGenerator[BaseCheckpointSaver, None]:
+            async with HealingRedisSaver.from_conn_string(
+                server.url, ttl={"default_ttl": 60, "refresh_on_read": True}
+            ) as base:
+                await base.asetup()
+                yield AtomicSaver(base)
+
+        report = await validate(saver)
+        report.print_report()
+    results = report.results
+    for capability in ("put", "put_writes", "get_tuple", "delete_thread"):
+        assert results[capability].passed, (capability, results[capability].failures)
+    failed = {f.split(":")[0] for f in results["list"].failures}
+    assert failed == REDIS_SAVER_KNOWN_LIST_GAPS, results["list"].failures

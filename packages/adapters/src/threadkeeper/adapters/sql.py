@@ -26,12 +26,43 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from threadkeeper.domain.runs import Feedback, RunRecord, RunRecords, UnknownRun
 
 metadata = MetaData()
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """An aware UTC ``datetime`` on every dialect.
+
+    PostgreSQL keeps the zone (``timestamptz``); MySQL's ``DATETIME(6)`` has none, so values
+    are stored as naive UTC (microseconds kept) and read back aware.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and dialect.name in ("mysql", "mariadb"):
+            return _aware(value).astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else _aware(value)
+
+
+LongBlob = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+"""A run record grows with the model calls it lists: MySQL's ``BLOB`` stops at 64 KiB."""
 
 run_records = Table(
     "tk_run_records",
@@ -42,8 +73,8 @@ run_records = Table(
     Column("user_id", String(128), nullable=False),
     Column("human_message_id", String(200), nullable=False),
     Column("status", String(16), nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("record", LargeBinary, nullable=False),
+    Column("created_at", UtcDateTime(), nullable=False),
+    Column("record", LongBlob, nullable=False),
     Index("ix_tk_run_records_user", "tenant_id", "user_id"),
     Index("ix_tk_run_records_human", "thread_key", "human_message_id"),
     Index("ix_tk_run_records_created", "created_at"),
@@ -58,7 +89,7 @@ feedback = Table(
     Column("user_id", String(128), nullable=False),
     Column("score", Integer, nullable=False),
     Column("comment", Text, nullable=True),
-    Column("at", DateTime(timezone=True), nullable=False),
+    Column("at", UtcDateTime(), nullable=False),
     Index("ix_tk_feedback_user", "tenant_id", "user_id"),
 )
 
@@ -79,7 +110,9 @@ class SqlRunRecords(RunRecords):
     async def create_tables(self) -> None:
         """Create the tables if missing (embedded profile only; servers use migrations)."""
         async with self.engine.begin() as conn:
-            await conn.run_sync(metadata.create_all)
+            await conn.run_sync(
+                lambda sync: metadata.create_all(sync, tables=[run_records, feedback])
+            )
 
     async def save(self, record: RunRecord) -> bool:
         try:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any, NotRequired, cast
+from typing import Annotated, Any, Literal, NotRequired, cast
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -38,6 +39,7 @@ from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.domain.history import Window
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
 from threadkeeper.domain.tokens import message_text
+from threadkeeper.domain.transcript import ToolInvocation, arguments_digest
 from threadkeeper.hooks.settings import ThreadState
 
 PROMPT_VERSION = "2026-11-29.1"
@@ -63,6 +65,8 @@ class RunTrace:
     memory: list[dict[str, Any]] = field(default_factory=list)
     system_prompts: list[str] = field(default_factory=list)
     windows: list[Window] = field(default_factory=list)
+    tools: list[ToolInvocation] = field(default_factory=list)
+    """The run's tool calls, for the audit trail (redis-mysql's ``tool_invocations``)."""
 
 
 current_trace: ContextVar[RunTrace | None] = ContextVar("threadkeeper_trace", default=None)
@@ -237,11 +241,29 @@ class ThreadContextMiddleware(AgentMiddleware[AgentState]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         write = get_stream_writer()
-        name = request.tool_call["name"]
+        call = request.tool_call
+        name = call["name"]
         write({"stage": "tool", "name": name, "status": "start"})
+        started = time.perf_counter()
+        status: Literal["success", "error"] = "error"
         try:
-            return await handler(request)
+            result = await handler(request)
+            if not (isinstance(result, ToolMessage) and result.status == "error"):
+                status = "success"
+            return result
         finally:
+            trace = current_trace.get()
+            if trace is not None:
+                trace.tools.append(
+                    ToolInvocation(
+                        tool=name,
+                        call_id=str(call.get("id") or ""),
+                        arguments_digest=arguments_digest(call.get("args", {})),
+                        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                        status=status,
+                        at=datetime.now(UTC),
+                    )
+                )
             write({"stage": "tool", "name": name, "status": "end"})
 
 

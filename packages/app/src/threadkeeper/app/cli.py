@@ -28,6 +28,23 @@ def _settings() -> Settings:
 # -- serve -------------------------------------------------------------------------------
 
 
+def _schema_problems(settings: Settings) -> tuple[list[str] | None, str]:
+    """The server profile's schema problems (``None``: the database cannot be reached)."""
+    if settings.profile == "postgres":
+        from threadkeeper.adapters.postgres import check_schema as check_postgres
+
+        server, check = "PostgreSQL", check_postgres(settings.postgres_url)
+    else:
+        from threadkeeper.adapters.redis_mysql import check_schema as check_mysql
+
+        server, check = "MySQL", check_mysql(settings.mysql_url)
+    try:
+        return asyncio.run(check), server
+    except Exception as exc:
+        print(f"threadkeeper: cannot reach {server}: {exc}", file=sys.stderr)
+        return None, server
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -43,17 +60,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"threadkeeper: {exc}", file=sys.stderr)
             return 2
         probe.release()
-    if settings.profile == "postgres":
-        from threadkeeper.adapters.postgres import check_schema
-
-        try:
-            problems = asyncio.run(check_schema(settings.postgres_url))
-        except Exception as exc:
-            print(f"threadkeeper: cannot reach PostgreSQL: {exc}", file=sys.stderr)
+    if settings.profile != "embedded":
+        problems, server = _schema_problems(settings)
+        if problems is None:
             return 2
         if problems:
             print(
-                f"threadkeeper: the PostgreSQL schema is not ready ({'; '.join(problems)}): "
+                f"threadkeeper: the {server} schema is not ready ({'; '.join(problems)}): "
                 "run `threadkeeper migrate` first",
                 file=sys.stderr,
             )
@@ -291,8 +304,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         for step in asyncio.run(migrate_postgres(settings.postgres_url)):
             print(step)
         return 0
-    print(f"threadkeeper: the {settings.profile} profile is not available yet", file=sys.stderr)
-    return 2
+    from threadkeeper.adapters.redis_mysql import migrate_redis_mysql
+
+    for step in asyncio.run(migrate_redis_mysql(settings.mysql_url)):
+        print(step)
+    return 0
 
 
 async def _doctor(settings: Settings) -> int:

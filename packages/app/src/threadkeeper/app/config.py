@@ -39,7 +39,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     summary_after_turns: int = 20
     tool_result_max_chars: int = 2000
     memory_max_facts: int = 50
-    checkpoint_ttl_minutes: int = 10080
+    checkpoint_ttl_minutes: float = 10080
+    """Fractions allowed (tests use seconds-long TTLs)."""
     lock_ttl_seconds: int = 30
     retention_days: int | None = None
     retention_sweep_minutes: int = 0
@@ -52,12 +53,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "token_budget": self.token_budget,
             "tool_result_max_chars": self.tool_result_max_chars,
             "memory_max_facts": self.memory_max_facts,
-            "checkpoint_ttl_minutes": self.checkpoint_ttl_minutes,
             "lock_ttl_seconds": self.lock_ttl_seconds,
         }
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
+        if not self.checkpoint_ttl_minutes > 0:
+            raise ConfigError(f"{PREFIX}CHECKPOINT_TTL_MINUTES must be positive")
         non_negative: dict[str, float] = {
             "summary_after_turns": self.summary_after_turns,
             "retention_sweep_minutes": self.retention_sweep_minutes,

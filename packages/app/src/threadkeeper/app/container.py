@@ -27,10 +27,6 @@ from threadkeeper.domain.tokens import TokenCounter
 from threadkeeper.hooks import HookSettings, build_pipeline
 
 
-class ProfileUnavailable(ConfigError):
-    """The configured profile's adapters are not part of this build yet."""
-
-
 async def embedded_backend(data_dir: str) -> AsyncIterator[Any]:
     async with open_embedded(data_dir) as backend:
         yield backend
@@ -46,11 +42,21 @@ async def postgres_backend(url: str) -> AsyncIterator[Any]:
         raise ConfigError(str(exc)) from exc
 
 
-async def unavailable_backend(profile: str) -> AsyncIterator[Any]:
-    raise ProfileUnavailable(
-        f"the {profile} profile is not available yet; use THREADKEEPER_PROFILE=embedded"
-    )
-    yield  # pragma: no cover - makes this an async generator resource
+async def redis_mysql_backend(
+    redis_url: str, mysql_url: str, checkpoint_ttl_minutes: float, lock_ttl_seconds: int
+) -> AsyncIterator[Any]:
+    from threadkeeper.adapters.redis_mysql import SchemaNotReady, open_redis_mysql
+
+    try:
+        async with open_redis_mysql(
+            redis_url,
+            mysql_url,
+            checkpoint_ttl_minutes=checkpoint_ttl_minutes,
+            lock_ttl_seconds=lock_ttl_seconds,
+        ) as backend:
+            yield backend
+    except SchemaNotReady as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def build_model(name: str, token_delay_ms: float) -> BaseChatModel:
@@ -121,7 +127,15 @@ class Container(containers.DeclarativeContainer):
         config.profile,
         embedded=providers.Resource(embedded_backend, config.data_dir),
         postgres=providers.Resource(postgres_backend, config.postgres_url),
-        **{"redis-mysql": providers.Resource(unavailable_backend, "redis-mysql")},
+        **{
+            "redis-mysql": providers.Resource(
+                redis_mysql_backend,
+                config.redis_url,
+                config.mysql_url,
+                config.checkpoint_ttl_minutes,
+                config.lock_ttl_seconds,
+            )
+        },
     )
 
     service = providers.Singleton(

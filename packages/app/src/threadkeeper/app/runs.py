@@ -56,12 +56,16 @@ from threadkeeper.domain.threads import ThreadRef, ThreadScope
 from threadkeeper.domain.tokens import REPLY_PRIMING, TokenCounter, message_text
 from threadkeeper.domain.transcript import (
     Citation,
+    Round,
+    TranscriptArchive,
     TranscriptMessage,
     TranscriptPage,
     page_messages,
 )
 
 RECENT_FOR_HANDOFF = 6
+COLD_START_MESSAGES = 20
+"""A thread without checkpoints is seeded with this many of its newest archived messages."""
 log = logging.getLogger(__name__)
 
 
@@ -71,6 +75,9 @@ class Backend(Protocol):
     runs: RunRecords
     lock: RunLock
     profile: str
+    archive: TranscriptArchive | None
+    """The permanent transcript where it lives outside the checkpoints (redis-mysql): written
+    once a run finished, read by ``GET /messages``, the seed of a cold start."""
 
     async def after_commit(self, thread_key: str) -> None:
         """Storage upkeep once a round is committed, still under the thread's lock."""
@@ -111,6 +118,30 @@ def to_transcript(messages: Sequence[BaseMessage]) -> list[TranscriptMessage]:
             )
             out.append(TranscriptMessage(str(message.id), "ai", text, at, citations))
     return out
+
+
+def from_transcript(message: TranscriptMessage) -> BaseMessage:
+    """An archived message back as a chat message (cold start), ids and citations kept."""
+    meta: dict[str, Any] = {"at": message.created_at.isoformat(), "restored": True}
+    if message.role == "human":
+        return HumanMessage(
+            message.content, id=message.id, response_metadata={"threadkeeper": meta}
+        )
+    meta["citations"] = [msgspec.structs.asdict(c) for c in message.citations]
+    return AIMessage(message.content, id=message.id, response_metadata={"threadkeeper": meta})
+
+
+def encode_summary(value: Any) -> str | None:
+    summary = Summary.from_state(value)
+    return None if summary is None else msgspec.json.encode(summary.to_state()).decode()
+
+
+def decode_summary(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    state = msgspec.json.decode(text)
+    summary = Summary.from_state(state) if isinstance(state, dict) else None
+    return None if summary is None else summary.to_state()
 
 
 @dataclass
@@ -184,6 +215,7 @@ class RunService:
         self.rules = rules
         self.prompt = prompt
         self.extractor: MemoryExtractor = extractor or RuleExtractor()
+        self.archive: TranscriptArchive | None = backend.archive
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- runs -------------------------------------------------------------------------------
@@ -266,6 +298,8 @@ class RunService:
                 RunEvent("metadata", {"run_id": run.run_id, "thread_id": ref.thread_id})
             )
             with self.saver.staging(ref.key) as staging:
+                if self.archive is not None:
+                    await self._cold_start(self.archive, config, ref)
                 async for mode, payload in self.agent.astream(
                     {"messages": [human]},
                     config,
@@ -278,8 +312,21 @@ class RunService:
                 run.finishing = True
                 state = await self.agent.aget_state(config)
                 values = state.values
-                body, record = self._finish(run.run_id, ref, human, values, trace)
-                committed = await self.saver.commit(staging)
+                body, record, answer = self._finish(run.run_id, ref, human, values, trace)
+                if self.archive is not None:
+                    # the record first: if it refuses the round, nothing is stored anywhere
+                    await self.archive.append_round(
+                        self._round(run.run_id, ref, human, answer, values), trace.tools
+                    )
+                try:
+                    committed = await self.saver.commit(staging)
+                except BaseException:
+                    if self.archive is not None:
+                        # the archive holds the round and the checkpoints may hold part of it:
+                        # drop them, so the next run is seeded from the archive (whole round)
+                        with contextlib.suppress(Exception):
+                            await self.backend.saver.adelete_thread(ref.key)
+                    raise
             checkpoint_id = (committed or {}).get("configurable", {}).get("checkpoint_id")
             record = msgspec.structs.replace(record, checkpoint_id=checkpoint_id)
             await self.backend.runs.save(record)
@@ -311,6 +358,45 @@ class RunService:
             if run.outcome.done() and not run.outcome.cancelled():
                 run.outcome.exception()  # mark retrieved: JSON mode may never ask
 
+    async def _cold_start(
+        self, archive: TranscriptArchive, config: dict[str, Any], ref: ThreadRef
+    ) -> None:
+        """A thread with no checkpoint (TTL expired, Redis flushed or restarted) but an archive
+        is seeded, before the run, with its newest archived messages and latest summary."""
+        if await self.saver.aget_tuple(cast("Any", config)) is not None:
+            return
+        seed = await archive.recent(ref.key, COLD_START_MESSAGES)
+        if not seed:
+            return
+        values: dict[str, Any] = {"messages": [from_transcript(m) for m in seed]}
+        summary = decode_summary(await archive.latest_summary(ref.key))
+        if summary is not None:
+            values["summary"] = summary
+        await self.agent.aupdate_state(config, values)
+        log.info("cold start of %s from %d archived messages", ref.key, len(seed))
+
+    def _round(
+        self,
+        run_id: str,
+        ref: ThreadRef,
+        human: HumanMessage,
+        answer: AIMessage,
+        values: dict[str, Any],
+    ) -> Round:
+        human_text, answer_text = to_transcript([human]), to_transcript([answer])
+        if not human_text or not answer_text:
+            raise RuntimeError("the round has no human message or no answer text to archive")
+        return Round(
+            run_id=run_id,
+            thread_key=ref.key,
+            tenant_id=ref.tenant_id,
+            user_id=ref.user_id,
+            thread_id=ref.thread_id,
+            human=human_text[0],
+            ai=answer_text[0],
+            summary=encode_summary(values.get("summary")),
+        )
+
     def _finish(
         self,
         run_id: str,
@@ -318,7 +404,7 @@ class RunService:
         human: HumanMessage,
         values: dict[str, Any],
         trace: RunTrace,
-    ) -> tuple[dict[str, Any], RunRecord]:
+    ) -> tuple[dict[str, Any], RunRecord, AIMessage]:
         messages: list[BaseMessage] = values.get("messages", [])
         start = next(i for i in range(len(messages) - 1, -1, -1) if messages[i].id == human.id)
         produced = messages[start + 1 :]
@@ -384,7 +470,7 @@ class RunService:
                 for w in trace.windows
             ),
         )
-        return body, record
+        return body, record, answer
 
     async def _remember(self, ref: ThreadRef, human: HumanMessage, body: dict[str, Any]) -> None:
         store = self.backend.store
@@ -439,6 +525,11 @@ class RunService:
         self, caller: Caller, thread_id: str, *, limit: int, before: str | None
     ) -> TranscriptPage:
         ref = self._ref(caller, thread_id)
+        if self.archive is not None:
+            try:
+                return await self.archive.page(ref.key, limit=limit, before=before)
+            except UnknownThread:
+                raise UnknownThread(thread_id) from None  # the caller's id, not the storage key
         state = await self.agent.aget_state(self._config(ref, caller))
         messages = (state.values or {}).get("messages")
         if not messages:

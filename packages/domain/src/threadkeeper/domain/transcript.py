@@ -6,11 +6,13 @@ Where a profile's transcript is the checkpoint state itself, the same paging rul
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -49,6 +51,23 @@ class Round(msgspec.Struct, frozen=True):
     """The thread's rolling summary after this round, if any (used by cold start)."""
 
 
+class ToolInvocation(msgspec.Struct, frozen=True):
+    """One tool call of a run, as the audit trail keeps it: never its arguments or output."""
+
+    tool: str
+    call_id: str
+    arguments_digest: str
+    duration_ms: float
+    status: Literal["success", "error"]
+    at: datetime
+
+
+def arguments_digest(arguments: Any) -> str:
+    """SHA-256 of the canonical JSON of a tool call's arguments."""
+    canonical = json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 class TranscriptPage(msgspec.Struct, frozen=True):
     messages: list[TranscriptMessage]
     next_before: str | None
@@ -84,8 +103,9 @@ class TranscriptArchive(ABC):
     """The permanent record of completed rounds (the blog design's MySQL archive)."""
 
     @abstractmethod
-    async def append_round(self, round_: Round) -> bool:
-        """Store both messages of a round atomically. ``False`` if ``run_id`` is already stored
+    async def append_round(self, round_: Round, tools: Sequence[ToolInvocation] = ()) -> bool:
+        """Store both messages of a round atomically, with the audit rows of its tool calls
+        (kept apart from the transcript). ``False`` if ``run_id`` is already stored
         (idempotent: a retry never duplicates a round)."""
 
     @abstractmethod
@@ -122,14 +142,18 @@ class InMemoryTranscriptArchive(TranscriptArchive):
     def __init__(self) -> None:
         self._rounds: dict[str, list[Round]] = {}
         self._run_ids: set[str] = set()
+        self.tools: dict[str, list[ToolInvocation]] = {}
+        """Audit rows by run id."""
         self._mutex = threading.Lock()
 
-    async def append_round(self, round_: Round) -> bool:
+    async def append_round(self, round_: Round, tools: Sequence[ToolInvocation] = ()) -> bool:
         with self._mutex:
             if round_.run_id in self._run_ids:
                 return False
             self._run_ids.add(round_.run_id)
             self._rounds.setdefault(round_.thread_key, []).append(round_)
+            if tools:
+                self.tools[round_.run_id] = list(tools)
             return True
 
     def _messages(self, thread_key: str) -> list[TranscriptMessage]:
@@ -155,6 +179,8 @@ class InMemoryTranscriptArchive(TranscriptArchive):
         with self._mutex:
             rounds = self._rounds.pop(thread_key, [])
             self._run_ids.difference_update(r.run_id for r in rounds)
+            for round_ in rounds:
+                self.tools.pop(round_.run_id, None)
             return 2 * len(rounds)
 
     async def erase_user(self, tenant_id: str, user_id: str) -> tuple[int, int]:

@@ -67,6 +67,11 @@ def build_pipeline(
     destructive = [
         n for n, m in zip(names, middleware, strict=True) if getattr(m, "destructive", False)
     ]
+    for middleware_ in middleware:
+        if "trim" in names and hasattr(middleware_, "shows_window"):
+            middleware_.shows_window = False  # trim shows (and reports) the window
+        if "summarize" in names and hasattr(middleware_, "summarizes"):
+            middleware_.summarizes = True  # compaction folds what it drops into the summary
     if destructive and not allow_destructive:
         raise HookConfigError(
             f"{', '.join(destructive)} deletes persisted messages, and on this profile the "

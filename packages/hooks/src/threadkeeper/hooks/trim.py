@@ -18,6 +18,24 @@ from threadkeeper.hooks.settings import (
 )
 
 
+def show_window(settings: HookSettings, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    """The request with the policy's window of its messages and the rolling summary; the
+    window is reported to ``settings.observer`` (the per-run record of what the model saw)."""
+    summary = Summary.from_state(state_summary(request.state))
+    window = settings.policy.window(
+        request.messages,
+        budget=settings.budget,
+        system=system_text(request.system_message),
+        summary=summary.text if summary else None,
+    )
+    if settings.observer is not None:
+        settings.observer(window)
+    return request.override(
+        messages=cast("list[AnyMessage]", list(window.messages)),
+        system_message=with_summary(request.system_message, window.summary),
+    )
+
+
 class TrimMiddleware(AgentMiddleware[ThreadState]):
     """ADR-0007's pre-model trimming through ``TurnWindowPolicy``, with the rolling summary.
 
@@ -39,19 +57,7 @@ class TrimMiddleware(AgentMiddleware[ThreadState]):
         return "trim"
 
     def _apply(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        summary = Summary.from_state(state_summary(request.state))
-        window = self.settings.policy.window(
-            request.messages,
-            budget=self.settings.budget,
-            system=system_text(request.system_message),
-            summary=summary.text if summary else None,
-        )
-        if self.settings.observer is not None:
-            self.settings.observer(window)
-        return request.override(
-            messages=cast("list[AnyMessage]", list(window.messages)),
-            system_message=with_summary(request.system_message, window.summary),
-        )
+        return show_window(self.settings, request)
 
     def wrap_model_call(
         self,

@@ -81,6 +81,8 @@ class EmbeddedBackend:
     lock: InMemoryRunLock
     retention: CheckpointRetention
     profile: str = "embedded"
+    archive: None = None
+    """No separate archive: the transcript is the checkpoint state."""
 
     async def after_commit(self, thread_key: str) -> None:
         """Nothing: the embedded profile keeps every checkpoint of a thread."""

@@ -200,6 +200,8 @@ class PostgresBackend:
     lock: AdvisoryRunLock
     retention: CheckpointRetention
     profile: str = "postgres"
+    archive: None = None
+    """No separate archive: the transcript is the checkpoint state."""
 
     async def after_commit(self, thread_key: str) -> None:
         """Keep only the thread's newest checkpoint (its state holds the whole history).

@@ -1,1 +1,300 @@
-"""The redis-mysql profile (blog design): adapters arrive with the redis-mysql profile."""
+"""The redis-mysql profile (blog design): Redis checkpoints with a TTL, MySQL as the record.
+
+- Checkpoints: ``HealingRedisSaver`` (``AsyncRedisSaver`` with ``default_ttl`` =
+  ``THREADKEEPER_CHECKPOINT_TTL_MINUTES`` refreshed on read; indexes re-created after a flush or
+  restart). After each committed run the thread keeps only its newest checkpoint, and the
+  ``compact`` hook keeps the state itself bounded: Redis holds a bounded amount per thread.
+- The record: ``SqlTranscriptArchive`` on MySQL/MariaDB (SQLAlchemy async + asyncmy) — human
+  message, final answer and citations, written once a run finished; ``GET /messages`` reads it
+  and a thread without checkpoints is seeded from it (cold start).
+- Memory: ``langgraph-checkpoint-mysql``'s ``AsyncMyStore`` (a ``BaseStore`` on MySQL) over an
+  asyncmy pool; run records and feedback: ``SqlRunRecords`` on the same database.
+- One run per thread: ``RedisRunLock`` (``SET NX PX`` with a token, extended while it lives).
+- ``migrate_redis_mysql`` creates the MySQL schema (the store's ``setup()`` and threadkeeper's
+  Alembic migrations); the service never issues SQL DDL at start and refuses a schema that is
+  missing or behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncmy
+from langgraph.store.mysql.asyncmy import AsyncMyStore
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy import text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from threadkeeper.adapters import migrations
+from threadkeeper.adapters.checkpoint_retention import delete_store_prefix
+from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
+from threadkeeper.adapters.redis_mysql.lock import RedisRunLock
+from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
+from threadkeeper.adapters.sql import SqlRunRecords
+from threadkeeper.domain.memory import user_namespace
+from threadkeeper.domain.retention import ErasureReceipt, Retention
+
+__all__ = [
+    "ArchiveRetention",
+    "HealingRedisSaver",
+    "RedisMysqlBackend",
+    "RedisRunLock",
+    "SchemaNotReady",
+    "SqlTranscriptArchive",
+    "check_schema",
+    "migrate_redis_mysql",
+    "open_redis_mysql",
+]
+
+log = logging.getLogger(__name__)
+
+STORE_MIGRATIONS = len(AsyncMyStore.MIGRATIONS) - 1
+# The store's own DDL takes the database's default collation, usually case-insensitive:
+# namespaces and keys (user ids) must compare exactly.
+_STORE_BINARY_KEYS = (
+    "ALTER TABLE store "
+    "MODIFY prefix VARCHAR(500) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, "
+    "MODIFY `key` VARCHAR(150) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
+)
+
+
+class SchemaNotReady(RuntimeError):
+    """The MySQL database lacks threadkeeper's schema, or has an older one."""
+
+
+def mysql_url(url: str) -> URL:
+    """The archive URL with the asyncmy driver and ``utf8mb4``."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() not in ("mysql", "mariadb"):
+        raise ValueError(f"THREADKEEPER_MYSQL_URL must be a MySQL URL, got {parsed.drivername}")
+    parsed = parsed.set(drivername=f"{parsed.get_backend_name()}+asyncmy")
+    if "charset" not in parsed.query:
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return parsed
+
+
+def redis_client(url: str) -> Redis:
+    """A client that survives a Redis restart: a command on a connection the server closed is
+    retried on a new one (three times, backing off) instead of failing the run."""
+    return Redis.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        health_check_interval=30,
+    )
+
+
+def _engine(url: str) -> AsyncEngine:
+    return create_async_engine(mysql_url(url), pool_size=10, pool_pre_ping=True, pool_recycle=3600)
+
+
+async def _store_pool(url: str, maxsize: int = 4) -> Any:
+    parsed = mysql_url(url)
+    return await asyncmy.create_pool(
+        host=parsed.host or "127.0.0.1",
+        port=parsed.port or 3306,
+        user=parsed.username or "root",
+        password=parsed.password or "",
+        db=parsed.database,
+        charset="utf8mb4",
+        autocommit=True,
+        minsize=1,
+        maxsize=maxsize,
+        pool_recycle=3600,
+    )
+
+
+async def schema_problems(engine: AsyncEngine) -> list[str]:
+    """What is missing or behind in MySQL; empty when the schema is current."""
+    problems: list[str] = []
+    async with engine.connect() as conn:
+        tables = {
+            r[0]
+            for r in await conn.execute(
+                text(
+                    "SELECT table_name FROM information_schema.tables "
+                    "WHERE table_schema = DATABASE()"
+                )
+            )
+        }
+        if "store_migrations" not in tables:
+            problems.append("store_migrations is missing")
+        else:
+            version = (await conn.execute(text("SELECT max(v) FROM store_migrations"))).scalar()
+            if version is None or version < STORE_MIGRATIONS:
+                problems.append(f"store_migrations is at {version}, wanted {STORE_MIGRATIONS}")
+        current = await conn.run_sync(migrations.current)
+    if current != migrations.head():
+        problems.append(f"threadkeeper tables at {current}, wanted {migrations.head()}")
+    return problems
+
+
+async def check_schema(url: str) -> list[str]:
+    engine = _engine(url)
+    try:
+        return await schema_problems(engine)
+    finally:
+        await engine.dispose()
+
+
+async def migrate_redis_mysql(url: str) -> list[str]:
+    """Create or upgrade the MySQL schema; the steps taken. (Redis needs no migration: the
+    saver creates its indexes at start and after a flush.)"""
+    steps: list[str] = []
+    pool = await _store_pool(url, maxsize=1)
+    try:
+        await AsyncMyStore(conn=pool).setup()
+        steps.append("store: setup()")
+        async with pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(_STORE_BINARY_KEYS)
+        steps.append("store: binary collation on namespace and key")
+    finally:
+        pool.close()
+        await pool.wait_closed()
+    engine = _engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(migrations.upgrade)
+        steps.append(f"threadkeeper tables: alembic upgrade head ({migrations.head()})")
+    finally:
+        await engine.dispose()
+    return steps
+
+
+class ArchiveRetention(Retention):
+    """Retention where the archive is the record and Redis a cache of recent context.
+
+    A thread's activity is its newest archived message; deleting a thread removes its archive
+    rows (messages, summary, tool audit), run records, feedback and checkpoints; erasing a
+    user also removes the user's memory in the tenant.
+    """
+
+    def __init__(
+        self,
+        archive: SqlTranscriptArchive,
+        saver: HealingRedisSaver,
+        store: AsyncMyStore,
+        runs: SqlRunRecords,
+    ) -> None:
+        self.archive = archive
+        self.saver = saver
+        self.store = store
+        self.runs = runs
+
+    async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
+        return await self.archive.idle_threads(cutoff, limit=limit)
+
+    async def delete_thread(self, thread_key: str) -> ErasureReceipt:
+        checkpoint = await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}})
+        messages = await self.archive.delete_thread(thread_key)
+        runs, feedback = await self.runs.delete_thread(thread_key)
+        await self.saver.adelete_thread(thread_key)
+        exists = messages > 0 or runs > 0 or checkpoint is not None
+        return ErasureReceipt(threads=int(exists), messages=messages, feedback=feedback)
+
+    async def delete_threads(self, thread_keys: Sequence[str]) -> ErasureReceipt:
+        total = ErasureReceipt()
+        for key in thread_keys:
+            total = total + await self.delete_thread(key)
+        return total
+
+    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
+        keys = set(await self.archive.user_threads(tenant_id, user_id))
+        keys.update(await self.runs.user_threads(tenant_id, user_id))
+        receipt = await self.delete_threads(sorted(keys))
+        _, messages = await self.archive.erase_user(tenant_id, user_id)  # audit leftovers
+        _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
+        items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
+        return receipt + ErasureReceipt(
+            messages=messages, memory_items=items, feedback=stray_feedback
+        )
+
+
+@dataclass
+class RedisMysqlBackend:
+    redis: Redis
+    saver: HealingRedisSaver
+    store: AsyncMyStore
+    engine: AsyncEngine
+    archive: SqlTranscriptArchive
+    runs: SqlRunRecords
+    lock: RedisRunLock
+    retention: ArchiveRetention
+    profile: str = "redis-mysql"
+
+    async def after_commit(self, thread_key: str) -> None:
+        """Keep only the thread's newest checkpoint: with compaction bounding the state, the
+        thread's Redis bytes stay bounded however long the conversation."""
+        await self.saver.aprune([thread_key], strategy="keep_latest")
+
+    async def health(self) -> dict[str, str]:
+        status: dict[str, str] = {}
+        try:
+            await self.redis.ping()
+            await self.saver.ensure_indexes()
+            status["redis"] = "ok"
+        except Exception as exc:
+            status["redis"] = f"error: {type(exc).__name__}"
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+            status["mysql"] = "ok"
+        except Exception as exc:
+            status["mysql"] = f"error: {type(exc).__name__}"
+        return status
+
+
+@asynccontextmanager
+async def open_redis_mysql(
+    redis_url: str,
+    mysql_url_: str,
+    *,
+    checkpoint_ttl_minutes: float = 10080,
+    lock_ttl_seconds: float = 30,
+) -> AsyncIterator[RedisMysqlBackend]:
+    """Connect to Redis Stack and MySQL; refuse a MySQL schema ``migrate`` has not made."""
+    engine = _engine(mysql_url_)
+    pool: Any = None
+    redis: Redis = redis_client(redis_url)
+    try:
+        problems = await schema_problems(engine)
+        if problems:
+            raise SchemaNotReady(
+                "the MySQL schema is not ready (" + "; ".join(problems) + "): run "
+                "`threadkeeper migrate` with THREADKEEPER_PROFILE=redis-mysql first"
+            )
+        pool = await _store_pool(mysql_url_)
+        store = AsyncMyStore(conn=pool)
+        saver = HealingRedisSaver(
+            redis_client=redis,
+            ttl={"default_ttl": checkpoint_ttl_minutes, "refresh_on_read": True},
+        )
+        await saver.asetup()  # RediSearch indexes (created only where missing)
+        archive = SqlTranscriptArchive(engine)
+        runs = SqlRunRecords(engine)
+        yield RedisMysqlBackend(
+            redis=redis,
+            saver=saver,
+            store=store,
+            engine=engine,
+            archive=archive,
+            runs=runs,
+            lock=RedisRunLock(redis, lock_ttl_seconds),
+            retention=ArchiveRetention(archive, saver, store, runs),
+        )
+    finally:
+        if pool is not None:
+            pool.close()
+            await pool.wait_closed()
+        await engine.dispose()
+        await redis.aclose()

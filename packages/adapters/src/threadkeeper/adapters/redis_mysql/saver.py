@@ -1,0 +1,132 @@
+"""``AsyncRedisSaver`` that re-creates its RediSearch indexes after a Redis flush or restart.
+
+Without persistence a restarted (or flushed) Redis has neither checkpoints nor indexes. The
+saver's point reads keep working (they follow ``checkpoint_latest:*`` keys), but every search
+— ``alist``, ``aprune``, ``adelete_thread`` — then fails with "no such index", so pruning stops
+and Redis grows without bound. Each of those operations here re-creates the missing indexes
+once (``FT.CREATE`` indexes whatever keys exist) and retries; ``ensure_indexes`` does the same
+for the readiness probe.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import CheckpointTuple as CheckpointTuple
+from langgraph.checkpoint.redis.aio import AsyncRedisSaver
+from redis.exceptions import ResponseError
+from redisvl.exceptions import RedisSearchError  # type: ignore[import-untyped]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _missing_index(exc: BaseException) -> bool:
+    return "no such index" in str(exc).lower() or "unknown index" in str(exc).lower()
+
+
+class HealingRedisSaver(AsyncRedisSaver):
+    """The Redis saver threadkeeper configures (TTL refreshed on read), self-healing indexes."""
+
+    async def ensure_indexes(self) -> bool:
+        """Create whichever index is missing; ``True`` if one had to be created."""
+        existing = {
+            (name.decode() if isinstance(name, bytes) else str(name))
+            for name in await self._redis.execute_command("FT._LIST")
+        }
+        created = False
+        for index in (self.checkpoints_index, self.checkpoint_writes_index):
+            if index.name not in existing:
+                await index.create(overwrite=False)
+                created = True
+        if created:
+            log.warning("Redis had lost the checkpoint indexes (flush or restart): re-created")
+        return created
+
+    async def _healing(self, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except (RedisSearchError, ResponseError) as exc:
+            if not _missing_index(exc):
+                raise
+            await self.ensure_indexes()
+            return await call()
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._healing(lambda: super(HealingRedisSaver, self).aget_tuple(config))
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        stream_mode: str = "values",
+    ) -> RunnableConfig:
+        return await self._healing(
+            lambda: super(HealingRedisSaver, self).aput(
+                config, checkpoint, metadata, new_versions, stream_mode
+            )
+        )
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._healing(
+            lambda: super(HealingRedisSaver, self).aput_writes(config, writes, task_id, task_path)
+        )
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        parent = AsyncRedisSaver
+        try:
+            items = [
+                item
+                async for item in parent.alist(
+                    self, config, filter=filter, before=before, limit=limit
+                )
+            ]
+        except (RedisSearchError, ResponseError) as exc:
+            if not _missing_index(exc):
+                raise
+            await self.ensure_indexes()
+            items = [
+                item
+                async for item in parent.alist(
+                    self, config, filter=filter, before=before, limit=limit
+                )
+            ]
+        for item in items:
+            yield item
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._healing(lambda: super(HealingRedisSaver, self).adelete_thread(thread_id))
+
+    async def aprune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+        max_results: int = 10000,
+    ) -> None:
+        await self._healing(
+            lambda: super(HealingRedisSaver, self).aprune(
+                thread_ids, strategy=strategy, keep_last=keep_last, max_results=max_results
+            )
+        )
