@@ -86,3 +86,42 @@ def test_replay_of_an_unknown_run_fails_clearly(
         code = cli.main(["replay", "--thread", "nothing", "--run", "nope"])
     assert code == 1
     assert "no run nope" in capsys.readouterr().err
+
+
+def test_an_early_run_replays_after_a_long_conversation(
+    make_app: AppFactory,
+    profile: str,
+    auth: dict[str, str],
+    database: Servers | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On redis-mysql, compaction has long removed the first run's messages from the
+    checkpoints by then; replay takes their text from the archive."""
+    questions = [
+        "Is dental treatment covered?",
+        "Does my policy cover physiotherapy sessions?",
+        "How do I file a claim for a hospital stay?",
+        "What is the waiting period for maternity cover?",
+        "Can I add my spouse to my health insurance?",
+        "Is emergency treatment abroad covered?",
+    ] * 2
+    with TestClient(make_app(token_budget=900), timeout=30) as client:
+        client.headers.update(auth)
+        bodies = [
+            client.post(
+                "/v1/threads/long/runs",
+                json={"message": {"content": q}},
+                headers={"Accept": "application/json"},
+            ).json()
+            for q in questions
+        ]
+        point_cli_at(monkeypatch, profile, tmp_path, database)
+        args = ["replay", "--thread", "long", "--tenant", TENANT, "--user", USER]
+        assert cli.main([*args, "--run", bodies[0]["run_id"]]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    calls = lines[1:]
+    assert calls
+    assert all(m["role"] != "missing" for call in calls for m in call["messages"])
+    assert calls[0]["messages"][1]["content"] == questions[0]

@@ -115,6 +115,17 @@ class TranscriptArchiveConformance:
         assert recent == [m for r in rounds[-10:] for m in (r.human, r.ai)]
         assert await archive.recent(new_ref().key, 20) == []
 
+    async def test_find_by_ids(self, archive: TranscriptArchive) -> None:
+        ref = new_ref()
+        rounds = [make_round(ref, i) for i in range(3)]
+        for round_ in rounds:
+            await archive.append_round(round_)
+        wanted = [rounds[2].ai.id, rounds[0].human.id, "nope"]
+        found = await archive.find(ref.key, wanted)
+        assert found == [rounds[0].human, rounds[2].ai], "oldest first, unknown ids skipped"
+        assert await archive.find(new_ref().key, wanted) == []
+        assert await archive.find(ref.key, []) == []
+
     async def test_latest_summary(self, archive: TranscriptArchive) -> None:
         ref = new_ref()
         assert await archive.latest_summary(ref.key) is None

@@ -211,3 +211,27 @@ async def _thread_state(client: AsyncTestClient[Litestar], thread: str) -> dict[
     }
     state = await service.agent.aget_state(config)
     return dict(state.values)
+
+
+async def test_redis_down_is_503_and_the_thread_recovers_when_it_is_back(
+    client_for: Any, redis_server: PrivateRedis, mysql: str
+) -> None:
+    client = await client_for()
+    thread = f"down-{uuid.uuid4().hex[:8]}"
+    earlier = await converse(client, thread)
+    redis_server.stop()
+    try:
+        response = await client.post(
+            f"/v1/threads/{thread}/runs",
+            json={"message": {"content": UNCLEAR[2]}},
+            headers={"Accept": "application/json"},
+        )
+        assert response.status_code == 503, response.text
+        assert response.json()["type"].endswith("unavailable")
+        assert (await client.get("/health/ready")).status_code == 503
+        page = await client.get(f"/v1/threads/{thread}/messages")
+        assert page.status_code == 200, "the transcript is served from MySQL alone"
+        assert len(page.json()["messages"]) == 6
+    finally:
+        redis_server.start()
+    await assert_remembers(client, thread, earlier, mysql)

@@ -153,6 +153,7 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from langchain_core.messages import AIMessage
 
     from threadkeeper.app.container import make_container
+    from threadkeeper.app.runs import from_transcript
     from threadkeeper.domain.compaction import shown_message
     from threadkeeper.domain.threads import ThreadRef, ThreadScope
 
@@ -175,6 +176,13 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
             # every message, under the same ids
             state = await service.agent.aget_state({"configurable": {"thread_id": ref.key}})
         by_id = {str(m.id): m for m in (state.values or {}).get("messages", [])}
+        archive = service.archive
+        if archive is not None:
+            # redis-mysql: compaction and the TTL remove older messages from the checkpoints;
+            # their human and AI text stays in the archive (tool calls and results do not)
+            gone = [i for call in record.model_calls for i in call.message_ids if i not in by_id]
+            for kept in await archive.find(ref.key, gone):
+                by_id[kept.id] = from_transcript(kept)
         print(
             json.dumps(
                 {

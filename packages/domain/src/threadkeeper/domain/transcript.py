@@ -124,6 +124,11 @@ class TranscriptArchive(ABC):
         """The newest ``limit`` messages, oldest first (cold-start seed); empty if unknown."""
 
     @abstractmethod
+    async def find(self, thread_key: str, ids: Sequence[str]) -> list[TranscriptMessage]:
+        """The thread's archived messages with these ids, oldest first; unknown ids are
+        skipped (replay of messages that compaction removed from the checkpoints)."""
+
+    @abstractmethod
     async def latest_summary(self, thread_key: str) -> str | None:
         """The rolling summary stored with the thread's newest round that has one."""
 
@@ -168,6 +173,10 @@ class InMemoryTranscriptArchive(TranscriptArchive):
 
     async def recent(self, thread_key: str, limit: int) -> list[TranscriptMessage]:
         return self._messages(thread_key)[-limit:] if limit > 0 else []
+
+    async def find(self, thread_key: str, ids: Sequence[str]) -> list[TranscriptMessage]:
+        wanted = set(ids)
+        return [m for m in self._messages(thread_key) if m.id in wanted]
 
     async def latest_summary(self, thread_key: str) -> str | None:
         for round_ in reversed(self._rounds.get(thread_key, [])):

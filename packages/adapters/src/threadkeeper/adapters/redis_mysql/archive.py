@@ -255,6 +255,22 @@ class SqlTranscriptArchive(TranscriptArchive):
             ).all()
         return [_message(r) for r in reversed(rows)]
 
+    async def find(self, thread_key: str, ids: Sequence[str]) -> list[TranscriptMessage]:
+        if not ids:
+            return []
+        async with self.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(*_COLUMNS)
+                    .where(
+                        chat_messages.c.thread_key == thread_key,
+                        chat_messages.c.message_id.in_(list(dict.fromkeys(ids))),
+                    )
+                    .order_by(chat_messages.c.seq)
+                )
+            ).all()
+        return [_message(r) for r in rows]
+
     async def latest_summary(self, thread_key: str) -> str | None:
         async with self.engine.connect() as conn:
             found = await conn.execute(

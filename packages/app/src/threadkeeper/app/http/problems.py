@@ -185,7 +185,37 @@ def litestar_problem(exc: HTTPException) -> ProblemDetailsException:
     return http_problem(status, detail, headers=exc.headers)
 
 
+def storage_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a storage server that cannot be reached."""
+    import psycopg
+    import psycopg_pool
+    import redis.exceptions
+    import sqlalchemy.exc
+
+    unreachable = (
+        ConnectionError,
+        TimeoutError,
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        sqlalchemy.exc.OperationalError,
+        sqlalchemy.exc.InterfaceError,
+        psycopg.OperationalError,
+        psycopg_pool.PoolTimeout,
+    )
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, unreachable):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def unexpected_problem(exc: BaseException) -> ProblemDetailsException:
+    if storage_unreachable(exc):
+        log.error("a storage server is unreachable", exc_info=exc)
+        return domain_problem(Unavailable("a storage backend is unreachable"))
     log.error("unhandled error in request", exc_info=exc)
     return http_problem(500, "An unexpected error occurred.")
 
@@ -204,6 +234,8 @@ def problem_body(problem: ProblemDetailsException) -> dict[str, Any]:
 
 
 def debug_problem(exc: BaseException) -> ProblemDetailsException:
+    if storage_unreachable(exc):
+        return unexpected_problem(exc)
     log.error("unhandled error in request", exc_info=exc)
     return http_problem(500, f"{type(exc).__name__}: {exc}")
 
