@@ -235,3 +235,31 @@ async def test_redis_down_is_503_and_the_thread_recovers_when_it_is_back(
     finally:
         redis_server.start()
     await assert_remembers(client, thread, earlier, mysql)
+
+
+async def test_tool_calls_are_audited_not_archived(client_for: Any, mysql: str) -> None:
+    client = await client_for()
+    thread = f"tools-{uuid.uuid4().hex[:8]}"
+    await run(client, thread, DENTAL)
+    body = await run(client, thread, "Please give me the full details of the dental cover")
+    assert body["status"] == "answered"
+    url = make_url(mysql)
+    with (
+        pymysql.connect(
+            host=url.host, port=url.port or 3306, user=url.username, database=url.database
+        ) as conn,
+        conn.cursor() as cur,
+    ):
+        cur.execute(
+            "SELECT tool, status, arguments_digest, duration_ms FROM tool_invocations "
+            "WHERE run_id = %s",
+            (body["run_id"],),
+        )
+        audit = cur.fetchall()
+    assert len(audit) == 1
+    tool, status, digest, duration = audit[0]
+    assert (tool, status) == ("fetch_faq_document", "success")
+    assert len(digest) == 64
+    assert duration >= 0
+    rows = archived(mysql, thread)
+    assert [r[1] for r in rows] == ["human", "ai"] * 2, "no tool rows in the transcript"
