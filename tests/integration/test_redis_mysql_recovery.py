@@ -115,6 +115,11 @@ async def assert_remembers(
     assert [r[1] for r in rows] == ["human", "ai"] * 4, "nothing lost, nothing duplicated"
     page = (await client.get(f"/v1/threads/{thread}/messages", params={"limit": 100})).json()
     assert [m["content"] for m in page["messages"][::2]] == [DENTAL, *UNCLEAR]
+    state = await asyncio.to_thread(client.blocking_portal.call, _thread_state, client, thread)
+    humans = [m.content for m in state["messages"] if m.type == "human"]
+    assert humans == [DENTAL, *UNCLEAR], "the seeded context, then this run"
+    ids = [m.id for m in state["messages"]]
+    assert ids[:6] == [m["id"] for m in page["messages"][:6]], "restored under the same ids"
 
 
 async def test_a_flushed_redis_is_recovered_from_the_archive(
