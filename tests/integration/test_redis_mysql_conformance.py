@@ -276,3 +276,37 @@ def test_migrations_use_exact_comparison_and_utf8mb4(mysql: str) -> None:
     assert all(r[2] == "utf8mb4_bin" for r in checked), [
         r for r in checked if r[2] != "utf8mb4_bin"
     ]
+
+
+async def test_replicas_starting_or_healing_together_do_not_trip_over_the_indexes(
+    redis_server: PrivateRedis, mysql: str
+) -> None:
+    """Index creation is check-then-create: found by starting two replicas at once on an
+    empty Redis (one died with "Index already exists")."""
+    client = Redis.from_url(redis_server.url)
+    try:
+        for _ in range(3):
+            await client.flushall()
+
+            async def start() -> None:
+                async with open_redis_mysql(redis_server.url, mysql):
+                    pass
+
+            await asyncio.gather(start(), start(), start())
+        async with (
+            open_redis_mysql(redis_server.url, mysql) as first,
+            open_redis_mysql(redis_server.url, mysql) as second,
+        ):
+            for _ in range(3):
+                await client.flushall()
+                healed = await asyncio.gather(
+                    first.saver.ensure_indexes(),
+                    second.saver.ensure_indexes(),
+                    first.saver.ensure_indexes(),
+                )
+                assert any(healed)
+                assert {b"checkpoint", b"checkpoint_write"} <= set(
+                    await client.execute_command("FT._LIST")
+                )
+    finally:
+        await client.aclose()

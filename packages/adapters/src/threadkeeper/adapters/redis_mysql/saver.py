@@ -30,8 +30,27 @@ def _missing_index(exc: BaseException) -> bool:
     return "no such index" in str(exc).lower() or "unknown index" in str(exc).lower()
 
 
+def _already_exists(exc: BaseException) -> bool:
+    return "already exists" in str(exc).lower()
+
+
 class HealingRedisSaver(AsyncRedisSaver):
-    """The Redis saver threadkeeper configures (TTL refreshed on read), self-healing indexes."""
+    """The Redis saver threadkeeper configures (TTL refreshed on read), self-healing indexes.
+
+    Index creation is check-then-``FT.CREATE``: replicas starting (or healing) at the same
+    moment race, and the loser's "Index already exists" means the index is there — success.
+    """
+
+    async def asetup(self) -> None:
+        for _ in range(3):
+            try:
+                await super().asetup()
+                return
+            except (RedisSearchError, ResponseError) as exc:
+                if not _already_exists(exc):
+                    raise
+                # another replica created it between the check and FT.CREATE: check again
+        await super().asetup()
 
     async def ensure_indexes(self) -> bool:
         """Create whichever index is missing; ``True`` if one had to be created."""
@@ -42,7 +61,12 @@ class HealingRedisSaver(AsyncRedisSaver):
         created = False
         for index in (self.checkpoints_index, self.checkpoint_writes_index):
             if index.name not in existing:
-                await index.create(overwrite=False)
+                try:
+                    await index.create(overwrite=False)
+                except (RedisSearchError, ResponseError) as exc:
+                    if not _already_exists(exc):
+                        raise
+                    continue  # created by someone else a moment ago
                 created = True
         if created:
             log.warning("Redis had lost the checkpoint indexes (flush or restart): re-created")
