@@ -8,27 +8,23 @@ import itertools
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import msgspec
-import pymysql
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.checkpoint.base import empty_checkpoint
 from redis.asyncio import Redis
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from tests.conformance.retention import RetentionConformance
 from tests.conformance.run_lock import LockFactory, RunLockConformance
-from tests.conformance.run_records import RunRecordsConformance, record
+from tests.conformance.run_records import RunRecordsConformance
 from tests.conformance.transcript_archive import (
     TranscriptArchiveConformance,
     make_round,
     new_ref,
 )
-from tests.support.mysql import fresh_database
+from tests.support.mysql import fresh_database, query
 from tests.support.redis_stack import PrivateRedis, private_redis
+from tests.support.retention import CheckpointRetentionHarness
 from threadkeeper.adapters.redis_mysql import (
     RedisMysqlBackend,
     RedisRunLock,
@@ -36,7 +32,7 @@ from threadkeeper.adapters.redis_mysql import (
     open_redis_mysql,
 )
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
-from threadkeeper.domain.runs import Feedback, RunRecords
+from threadkeeper.domain.runs import RunRecords
 from threadkeeper.domain.threads import ThreadRef
 from threadkeeper.domain.transcript import (
     Round,
@@ -94,13 +90,9 @@ class TestMysqlRunRecords(RunRecordsConformance):
         return backend.runs
 
 
-class ArchiveRetentionHarness:
-    """Seeds archived rounds (their time is the thread's activity), a live checkpoint, run
-    records, feedback and memory items."""
-
-    def __init__(self, backend: RedisMysqlBackend) -> None:
-        self.backend = backend
-        self.retention = backend.retention
+class ArchiveRetentionHarness(CheckpointRetentionHarness):
+    """The checkpoint harness (a live checkpoint, run records, feedback, memory items) plus
+    archived rounds, whose time is the thread's activity on this profile."""
 
     async def seed_thread(
         self, ref: ThreadRef, *, last_activity: datetime, messages: int, feedback: int = 0
@@ -117,37 +109,12 @@ class ArchiveRetentionHarness:
                     ai=msgspec.structs.replace(base.ai, created_at=at),
                 )
             )
-        checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {
-            "messages": [HumanMessage("recent", id=f"{ref.key}-h"), AIMessage("reply")]
-        }
-        checkpoint["channel_versions"] = {"messages": 1}
-        config: dict[str, Any] = {"configurable": {"thread_id": ref.key, "checkpoint_ns": ""}}
-        metadata: Any = {"tenant_id": ref.tenant_id, "user_id": ref.user_id, "step": 1}
-        await self.backend.saver.aput(config, checkpoint, metadata, {"messages": 1})
-        run = msgspec.structs.replace(
-            record(ref.key, tenant=ref.tenant_id, user=ref.user_id), created_at=last_activity
+        await super().seed_thread(
+            ref, last_activity=last_activity, messages=messages, feedback=feedback
         )
-        await self.backend.runs.save(run)
-        for _ in range(feedback):
-            extra = record(ref.key, tenant=ref.tenant_id, user=ref.user_id)
-            await self.backend.runs.save(extra)
-            await self.backend.runs.add_feedback(
-                Feedback(extra.run_id, ref.key, ref.tenant_id, ref.user_id, 1, None, last_activity)
-            )
-
-    async def seed_memory(self, tenant_id: str, user_id: str, items: int) -> None:
-        for index in range(items):
-            kind = MemoryKind.FACTS if index % 2 else MemoryKind.PROFILE
-            await self.backend.store.aput(
-                memory_namespace(tenant_id, user_id, kind),
-                f"key-{index}-{uuid.uuid4().hex[:4]}",
-                {"value": "v"},
-            )
 
     async def thread_exists(self, key: str) -> bool:
-        checkpoint = await self.backend.saver.aget_tuple({"configurable": {"thread_id": key}})
-        return checkpoint is not None or bool(await self.backend.archive.recent(key, 1))
+        return await super().thread_exists(key) or bool(await self.backend.archive.recent(key, 1))
 
 
 class TestArchiveRetention(RetentionConformance):
@@ -259,17 +226,11 @@ async def test_the_service_refuses_an_unmigrated_database(redis_server: PrivateR
 
 
 def test_migrations_use_exact_comparison_and_utf8mb4(mysql: str) -> None:
-    url = make_url(mysql)
-    with (
-        pymysql.connect(host=url.host, port=url.port or 3306, user=url.username) as conn,
-        conn.cursor() as cur,
-    ):
-        cur.execute(
-            "SELECT table_name, column_name, collation_name FROM information_schema.columns "
-            "WHERE table_schema = %s AND collation_name IS NOT NULL",
-            (url.database,),
-        )
-        rows = cur.fetchall()
+    rows = query(
+        mysql,
+        "SELECT table_name, column_name, collation_name FROM information_schema.columns "
+        "WHERE table_schema = DATABASE() AND collation_name IS NOT NULL",
+    )
     ours = {"tk_run_records", "tk_feedback", "chat_messages", "chat_summaries", "tool_invocations"}
     checked = [r for r in rows if r[0] in ours or (r[0] == "store" and r[1] in ("prefix", "key"))]
     assert {r[0] for r in checked} == ours | {"store"}

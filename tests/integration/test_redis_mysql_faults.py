@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pymysql
 import pytest
 import redis
 from httpx_sse import connect_sse
@@ -19,7 +18,7 @@ from sqlalchemy.engine import make_url
 
 from tests.api.conftest import TOKEN
 from tests.e2e.test_server import free_port, serve, wait_ready
-from tests.support.mysql import fresh_database
+from tests.support.mysql import fresh_database, query
 from tests.support.redis_stack import private_redis
 from tests.support.tcp_proxy import TcpProxy, tcp_proxy
 
@@ -36,17 +35,14 @@ CLAIM = "How do I file a claim?"
 
 
 def archived(mysql_url: str, thread: str) -> list[tuple[str, str]]:
-    url = make_url(mysql_url)
-    with (
-        pymysql.connect(
-            host=url.host, port=url.port or 3306, user=url.username, database=url.database
-        ) as conn,
-        conn.cursor() as cur,
-    ):
-        cur.execute(
-            "SELECT role, content FROM chat_messages WHERE thread_id = %s ORDER BY seq", (thread,)
+    return [
+        (r[0], r[1])
+        for r in query(
+            mysql_url,
+            "SELECT role, content FROM chat_messages WHERE thread_id = %s ORDER BY seq",
+            (thread,),
         )
-        return [(r[0], r[1]) for r in cur.fetchall()]
+    ]
 
 
 @pytest.fixture

@@ -22,14 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pymysql
 import pytest
 import redis
 from httpx_sse import connect_sse
-from sqlalchemy.engine import make_url
 
 from tests.e2e.test_server import free_port, wait_ready
-from tests.support.mysql import fresh_database
+from tests.support.mysql import fresh_database, query
 from tests.support.redis_stack import PrivateRedis, private_redis
 
 pytestmark = pytest.mark.integration
@@ -117,25 +115,15 @@ def lock_key(thread: str) -> str:
 
 def archived(mysql_url: str, thread: str | None = None) -> list[tuple[str, str, str]]:
     """(run_id, role, content) of the archive rows (of one thread, or all), in order."""
-    url = make_url(mysql_url)
-    with (
-        pymysql.connect(
-            host=url.host or "127.0.0.1",
-            port=url.port or 3306,
-            user=url.username or "root",
-            password=url.password or "",
-            database=url.database,
-        ) as conn,
-        conn.cursor() as cur,
-    ):
-        if thread is None:
-            cur.execute("SELECT run_id, role, content FROM chat_messages ORDER BY seq")
-        else:
-            cur.execute(
-                "SELECT run_id, role, content FROM chat_messages WHERE thread_id = %s ORDER BY seq",
-                (thread,),
-            )
-        return [(r[0], r[1], r[2]) for r in cur.fetchall()]
+    if thread is None:
+        rows = query(mysql_url, "SELECT run_id, role, content FROM chat_messages ORDER BY seq")
+    else:
+        rows = query(
+            mysql_url,
+            "SELECT run_id, role, content FROM chat_messages WHERE thread_id = %s ORDER BY seq",
+            (thread,),
+        )
+    return [(r[0], r[1], r[2]) for r in rows]
 
 
 def messages(url: str, thread: str) -> list[dict[str, Any]]:

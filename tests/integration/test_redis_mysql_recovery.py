@@ -17,15 +17,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
 import redis
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
-from sqlalchemy.engine import make_url
 
 from tests.api.conftest import Servers, headers_for, run, settings_for
-from tests.support.mysql import fresh_database
+from tests.support.mysql import fresh_database, query
 from tests.support.redis_stack import PrivateRedis, private_redis
 from threadkeeper.app.application import create_app
 
@@ -62,18 +60,14 @@ def thread_keys(redis_url: str, thread: str) -> list[bytes]:
 
 def archived(mysql_url: str, thread: str) -> list[tuple[str, str, str]]:
     """(run_id, role, content) of the thread's archive rows, in order."""
-    url = make_url(mysql_url)
-    with (
-        pymysql.connect(
-            host=url.host, port=url.port or 3306, user=url.username, database=url.database
-        ) as conn,
-        conn.cursor() as cur,
-    ):
-        cur.execute(
+    return [
+        (r[0], r[1], r[2])
+        for r in query(
+            mysql_url,
             "SELECT run_id, role, content FROM chat_messages WHERE thread_id = %s ORDER BY seq",
             (thread,),
         )
-        return [(r[0], r[1], r[2]) for r in cur.fetchall()]
+    ]
 
 
 @pytest.fixture
@@ -186,15 +180,7 @@ async def test_the_rolling_summary_survives_a_cold_start(
     ] * 2
     for question in questions:
         await run(client, thread, question)
-    url = make_url(mysql)
-    with (
-        pymysql.connect(
-            host=url.host, port=url.port or 3306, user=url.username, database=url.database
-        ) as conn,
-        conn.cursor() as cur,
-    ):
-        cur.execute("SELECT summary FROM chat_summaries")
-        stored = [json.loads(r[0]) for r in cur.fetchall()]
+    stored = [json.loads(r[0]) for r in query(mysql, "SELECT summary FROM chat_summaries")]
     assert len(stored) == 1, "one summary row per thread"
     (summary,) = stored
     assert summary["version"] > 1, "folded more than once: a fresh summary could not match it"
@@ -248,19 +234,12 @@ async def test_tool_calls_are_audited_not_archived(client_for: Any, mysql: str) 
     await run(client, thread, DENTAL)
     body = await run(client, thread, "Please give me the full details of the dental cover")
     assert body["status"] == "answered"
-    url = make_url(mysql)
-    with (
-        pymysql.connect(
-            host=url.host, port=url.port or 3306, user=url.username, database=url.database
-        ) as conn,
-        conn.cursor() as cur,
-    ):
-        cur.execute(
-            "SELECT tool, status, arguments_digest, duration_ms FROM tool_invocations "
-            "WHERE run_id = %s",
-            (body["run_id"],),
-        )
-        audit = cur.fetchall()
+    audit = query(
+        mysql,
+        "SELECT tool, status, arguments_digest, duration_ms FROM tool_invocations "
+        "WHERE run_id = %s",
+        (body["run_id"],),
+    )
     assert len(audit) == 1
     tool, status, digest, duration = audit[0]
     assert (tool, status) == ("fetch_faq_document", "success")

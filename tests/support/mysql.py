@@ -7,6 +7,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pymysql
 from sqlalchemy.engine import make_url
@@ -23,6 +24,24 @@ def _admin() -> pymysql.connections.Connection:
         password=url.password or "",
         autocommit=True,
     )
+
+
+def query(url: str, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+    """Rows of one query on the database of ``url`` (a test looking at what the service
+    stored, beside the service's own connections)."""
+    parsed = make_url(url)
+    with (
+        pymysql.connect(
+            host=parsed.host or "127.0.0.1",
+            port=parsed.port or 3306,
+            user=parsed.username or "root",
+            password=parsed.password or "",
+            database=parsed.database,
+        ) as conn,
+        conn.cursor() as cur,
+    ):
+        cur.execute(sql, params)
+        return [tuple(row) for row in cur.fetchall()]
 
 
 @contextmanager

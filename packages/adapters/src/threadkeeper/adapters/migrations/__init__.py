@@ -13,6 +13,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 HERE = Path(__file__).parent
 
@@ -29,6 +30,13 @@ def config(connection: Connection | None = None) -> Config:
 def upgrade(connection: Connection) -> None:
     """Bring the schema to the newest revision (sync connection: ``conn.run_sync(upgrade)``)."""
     command.upgrade(config(connection), "head")
+
+
+async def upgrade_engine(engine: AsyncEngine) -> str:
+    """``upgrade`` on an async engine (``threadkeeper migrate``); the step taken, as printed."""
+    async with engine.begin() as conn:
+        await conn.run_sync(upgrade)
+    return f"threadkeeper tables: alembic upgrade head ({head()})"
 
 
 def head() -> str | None:

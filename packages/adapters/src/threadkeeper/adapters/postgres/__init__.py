@@ -182,9 +182,7 @@ async def migrate_postgres(url: str) -> list[str]:
         await pool.close()
     engine = _engine(url)
     try:
-        async with engine.begin() as conn:
-            await conn.run_sync(migrations.upgrade)
-        steps.append(f"threadkeeper tables: alembic upgrade head ({migrations.head()})")
+        steps.append(await migrations.upgrade_engine(engine))
     finally:
         await engine.dispose()
     return steps

@@ -163,9 +163,7 @@ async def migrate_redis_mysql(url: str) -> list[str]:
         await pool.wait_closed()
     engine = _engine(url)
     try:
-        async with engine.begin() as conn:
-            await conn.run_sync(migrations.upgrade)
-        steps.append(f"threadkeeper tables: alembic upgrade head ({migrations.head()})")
+        steps.append(await migrations.upgrade_engine(engine))
     finally:
         await engine.dispose()
     return steps
