@@ -45,6 +45,23 @@ def _schema_problems(settings: Settings) -> tuple[list[str] | None, str]:
         return None, server
 
 
+def _storage(settings: Settings) -> str:
+    """Where the profile keeps its data, passwords masked (the start-up line)."""
+    from sqlalchemy.engine import make_url
+
+    def masked(url: str) -> str:
+        try:
+            return make_url(url).render_as_string(hide_password=True)
+        except Exception:  # not a URL SQLAlchemy reads: say no more than the scheme
+            return url.split("://", 1)[0] + "://…"
+
+    if settings.profile == "embedded":
+        return settings.data_dir
+    if settings.profile == "postgres":
+        return masked(settings.postgres_url)
+    return f"{masked(settings.redis_url)} + {masked(settings.mysql_url)}"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -78,7 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     print(
         f"threadkeeper {settings.profile} profile on http://{args.host}:{args.port} "
-        f"(data: {settings.data_dir if settings.profile == 'embedded' else 'servers'})",
+        f"(data: {_storage(settings)})",
         file=sys.stderr,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
