@@ -54,7 +54,6 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.api.conftest import AppFactory
-from threadkeeper.app.http.schemas import FeedbackBody, RunBody, RunMessageBody
 
 CASES = int(os.environ.get("THREADKEEPER_SCHEMATHESIS_CASES", "1000"))
 SEED = int(os.environ.get("THREADKEEPER_SCHEMATHESIS_SEED", "20260101"))
@@ -244,34 +243,10 @@ def api_schema(make_app: AppFactory, auth: dict[str, str]) -> Iterator[BaseSchem
         asgi.shutdown_lifespans()
 
 
-def fields(struct: type[Any]) -> set[str]:
-    return set(struct.__struct_fields__)
-
-
-def tidy(case: schemathesis.Case) -> None:
-    """Drop what the schema allows but the server refuses (reported by the untidied quarter):
-    ``X-Locale: null`` (the schema makes optional parameters nullable; a header cannot be
-    null) and body members the schema does not name (it omits ``additionalProperties:
-    false``). Once the schema says so, schemathesis generates neither and this is a no-op."""
-    if case.headers.get("X-Locale") in (None, "null"):
-        case.headers.pop("X-Locale", None)
-    body = case.body
-    if not isinstance(body, dict):
-        return
-    known = fields(FeedbackBody) if case.path.endswith("/feedback") else fields(RunBody)
-    for name in set(body) - known:
-        del body[name]
-    if isinstance(body.get("message"), dict):
-        for name in set(body["message"]) - fields(RunMessageBody):
-            del body["message"][name]
-
-
 def pin(request: Request, rnd: random.Random, auth: dict[str, str], run: Run) -> None:
     """Steer a positive case to the handlers: the fixture's caller, the path's own user, a
     thread of the pool or one with a completed run; positive cases stay schema-valid."""
     case = request.case
-    if rnd.random() < 0.75:
-        tidy(case)
     if "X-Tenant-Id" in case.headers and rnd.random() < 0.75:
         case.headers["X-Tenant-Id"] = auth["X-Tenant-Id"]
         case.headers["X-User-Id"] = auth["X-User-Id"]

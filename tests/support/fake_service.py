@@ -39,7 +39,11 @@ from threadkeeper.domain.transcript import (
 )
 
 CITATION = Citation(chunk_id="chunk-1", doc_id="doc-1", title="Returns policy")
-RETRIEVAL = {"stage": "retrieval", "status": "end", "chunk_ids": [CITATION.chunk_id]}
+RETRIEVAL = {
+    "stage": "retrieval",
+    "status": "end",
+    "chunks": [{"chunk_id": CITATION.chunk_id, "title": CITATION.title}],
+}
 DELTAS = 3
 """How many ``messages`` events carry the answer."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -11,6 +12,7 @@ from typing import Any
 
 import anyio
 import httpx
+import jsonschema_rs
 import pytest
 import uvicorn
 from httpx_sse import aconnect_sse
@@ -27,6 +29,7 @@ from tests.support.fake_service import (
 from threadkeeper.app.http import HttpSettings, create_http_app
 from threadkeeper.app.http.auth import TokenTable, bearer_token
 from threadkeeper.app.http.negotiation import JSON, SSE, choose_representation
+from threadkeeper.app.http.schemas import NOT_BLANK_PATTERN
 from threadkeeper.app.http.sse import EventRelay
 from threadkeeper.app.service import MAX_MESSAGE_BYTES, Caller, RunEvent, Unavailable
 from threadkeeper.domain.errors import MessageTooLarge, ThreadBusy
@@ -465,6 +468,7 @@ async def test_a_body_that_is_not_json_is_400(
         ({"message": {"content": 5}}, "message"),
         ({"message": {"content": ""}}, "message"),
         ({"message": {"content": "  \n\t "}}, "message"),
+        ({"message": {"content": "\x1f\x85\u3000"}}, "message"),  # whitespace to Python
         ({"message": {"content": "hi", "role": "ai"}}, "message"),
         ({"message": {"content": "hi"}, "stream": True}, None),
         ({"message": {"content": "hi", "id": ""}}, "message"),
@@ -1323,6 +1327,99 @@ def test_openapi_describes_the_run(openapi: dict[str, Any]) -> None:
     assert {"type", "title", "status", "detail", "running_run_id", "errors"} <= set(problem)
     path_params = {p["name"]: p for p in operation["parameters"] if p["in"] == "path"}
     assert path_params["thread_id"]["schema"]["pattern"] == "^[A-Za-z0-9._:-]{1,128}$"
+
+
+def test_openapi_describes_one_run_event_as_schemathesis_reads_it(openapi: dict[str, Any]) -> None:
+    """OpenAPI 3.1 has no ``itemSchema``: a ``text/event-stream`` schema is one event
+    (``event`` and ``data``, the data JSON text described by ``contentSchema``)."""
+    assert openapi["openapi"].startswith("3.1")
+    ok = openapi["paths"]["/v1/threads/{thread_id}/runs"]["post"]["responses"]["200"]
+    event = ok["content"][SSE]["schema"]
+    assert event["type"] == "object"
+    assert event["required"] == ["event", "data"]
+    assert event["properties"]["event"]["enum"] == [
+        "metadata",
+        "messages",
+        "custom",
+        "end",
+        "error",
+    ]
+    branches = {
+        branch["properties"]["event"]["const"]: branch["properties"]["data"]
+        for branch in event["oneOf"]
+    }
+    assert set(branches) == set(event["properties"]["event"]["enum"])
+    assert {data["contentMediaType"] for data in branches.values()} == {JSON}
+    content = {name: data["contentSchema"] for name, data in branches.items()}
+    assert content["metadata"]["required"] == ["run_id", "thread_id"]
+    assert content["messages"]["required"] == ["id", "delta"]
+    assert content["custom"]["required"] == ["stage"]
+    assert "additionalProperties" not in content["custom"]  # {stage, ...}
+    assert content["end"] == {"$ref": "#/components/schemas/RunResultOut"}
+    assert content["error"] == {"$ref": "#/components/schemas/Problem"}
+    assert ok["content"][JSON]["schema"] == {"$ref": "#/components/schemas/RunResultOut"}
+
+
+async def test_a_run_streams_the_events_its_document_describes(
+    client: AsyncTestClient[Litestar],
+) -> None:
+    doc = (await client.get("/schema/openapi.json")).json()
+    event = doc["paths"]["/v1/threads/{thread_id}/runs"]["post"]["responses"]["200"]["content"]
+    validators = {
+        branch["properties"]["event"]["const"]: jsonschema_rs.validator_for(
+            {**branch["properties"]["data"]["contentSchema"], "components": doc["components"]}
+        )
+        for branch in event[SSE]["schema"]["oneOf"]
+    }
+    async with aconnect_sse(
+        client,
+        "POST",
+        "/v1/threads/t1/runs",
+        json={"message": {"content": "hi"}},
+        headers=headers(),
+    ) as source:
+        events = [(sse.event, sse.json()) async for sse in source.aiter_sse()]
+
+    assert {name for name, _ in events} == {"metadata", "custom", "messages", "end"}
+    for name, data in events:
+        validators[name].validate(data)
+
+
+def test_optional_parameters_are_absent_or_a_string_never_null(openapi: dict[str, Any]) -> None:
+    """A header or query value is text: ``null`` would be sent as the text ``null`` (422)."""
+    messages = openapi["paths"]["/v1/threads/{thread_id}/messages"]["get"]
+    optional = {p["name"]: p for p in messages["parameters"] if not p["required"]}
+    assert set(optional) == {"X-Locale", "limit", "before"}
+    for name in ("X-Locale", "before"):
+        schema = optional[name]["schema"]
+        assert schema["type"] == "string", name
+        assert "oneOf" not in schema, name
+    assert optional["X-Locale"]["schema"]["pattern"] == "^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*$"
+    assert optional["before"]["schema"]["pattern"] == "^[A-Za-z0-9._:-]{1,128}$"
+    for item in openapi["paths"].values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                assert {"type": "null"} not in parameter["schema"].get("oneOf", []), parameter
+
+
+def test_request_bodies_refuse_unknown_members(openapi: dict[str, Any]) -> None:
+    schemas = openapi["components"]["schemas"]
+    for body in ("RunBody", "RunMessageBody", "FeedbackBody"):
+        assert schemas[body]["additionalProperties"] is False, body
+    # responses may grow members: they stay open
+    assert "additionalProperties" not in schemas["RunResultOut"]
+    assert "additionalProperties" not in schemas["Problem"]
+
+
+def test_the_not_blank_pattern_reads_alike_in_json_schema_and_python() -> None:
+    """The document's pattern (ECMA-262, as JSON Schema reads it) and the server's (Python's
+    ``re``) accept the same characters, those Python's ``\\S`` accepts."""
+    document = jsonschema_rs.validator_for({"type": "string", "pattern": NOT_BLANK_PATTERN})
+    for code in [*range(0xD800), *range(0xE000, 0x10000), 0x1F600]:
+        char = chr(code)
+        expected = re.search(r"\S", char) is not None
+        assert (re.search(NOT_BLANK_PATTERN, char) is not None) == expected, hex(code)
+        assert document.is_valid(char) == expected, hex(code)
 
 
 def test_openapi_documents_paging_and_run_id(openapi: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from litestar.plugins import InitPlugin
 from litestar.plugins.problem_details import ProblemDetailsPlugin
 
 from threadkeeper.app.http.auth import BEARER_SCHEME, TokenTable, service_token_guard
-from threadkeeper.app.http.openapi import openapi_config
+from threadkeeper.app.http.openapi import ClosedStructSchemaPlugin, openapi_config
 from threadkeeper.app.http.ops import MetricsController, live, prometheus_config, ready
 from threadkeeper.app.http.problems import problem_details_config
 from threadkeeper.app.http.routes import V1_HANDLERS, provide_caller
@@ -68,6 +68,13 @@ class ThreadkeeperHttpPlugin(InitPlugin):
             self._settings.openapi_version,
             bearer=self._settings.auth_enabled,
         )
+        # Before Litestar's own schema plugins (appended last), which would otherwise build the
+        # request bodies' schemas. Inserted after this plugin, never before it: Litestar is
+        # iterating over the list to call each plugin's on_app_init.
+        plugins = app_config.plugins
+        if not any(isinstance(p, ClosedStructSchemaPlugin) for p in plugins):
+            at = plugins.index(self) + 1 if self in plugins else 0
+            plugins.insert(at, ClosedStructSchemaPlugin())
 
     def _configure_metrics(self, app_config: AppConfig) -> None:
         app_config.middleware.append(prometheus_config().middleware)

@@ -1,10 +1,13 @@
-"""OpenAPI details Litestar cannot infer: problem responses, the run's two media types, the
-bearer scheme. What the schema says is what schemathesis will hold the API to."""
+"""OpenAPI details Litestar cannot infer: problem responses, the run's two media types and its
+events, optional parameters that are absent rather than null, closed request bodies, the bearer
+scheme. What the schema says is what schemathesis will hold the API to."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import msgspec
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.spec import (
     Components,
@@ -12,13 +15,21 @@ from litestar.openapi.spec import (
     OpenAPIResponse,
     OpenAPIType,
     Operation,
+    Parameter,
+    Reference,
     Schema,
     SecurityScheme,
 )
+from litestar.plugins import OpenAPISchemaPlugin
 
 from threadkeeper.app.http.auth import BEARER_SCHEME
+from threadkeeper.app.http.negotiation import JSON, SSE
 from threadkeeper.app.http.problems import PROBLEM_MEDIA_TYPE
 from threadkeeper.app.http.schemas import Problem
+
+if TYPE_CHECKING:
+    from litestar._openapi.schema_generation import SchemaCreator
+    from litestar.typing import FieldDefinition
 
 PROBLEM_DESCRIPTIONS = {
     400: "The body is not JSON at all.",
@@ -34,9 +45,9 @@ PROBLEM_DESCRIPTIONS = {
 }
 
 SSE_DESCRIPTION = (
-    "Server-Sent Events, in order: `metadata` {run_id, thread_id}; any of `messages` "
-    "{id, delta} and `custom` {stage, ...}; last `end` (the JSON-mode body) or `error` "
-    "(a problem body)."
+    "One Server-Sent Event, its `data` JSON text. In order: `metadata` {run_id, thread_id}; "
+    "any of `messages` {id, delta} and `custom` {stage, ...}; last `end` (the JSON-mode body) "
+    "or `error` (a problem body), after which the stream closes."
 )
 
 
@@ -52,14 +63,98 @@ def problems(*statuses: int) -> dict[int, ResponseSpec]:
     }
 
 
+def _object(required: list[str], properties: dict[str, Schema | Reference]) -> Schema:
+    return Schema(type=OpenAPIType.OBJECT, required=required, properties=properties)
+
+
+def _component(name: str) -> Reference:
+    return Reference(ref=f"#/components/schemas/{name}")
+
+
+RUN_EVENT_DATA: dict[str, Schema | Reference] = {
+    "metadata": _object(
+        ["run_id", "thread_id"],
+        {"run_id": Schema(type=OpenAPIType.STRING), "thread_id": Schema(type=OpenAPIType.STRING)},
+    ),
+    "messages": _object(
+        ["id", "delta"],
+        {
+            "id": Schema(type=OpenAPIType.STRING, description="The AI message being written."),
+            "delta": Schema(
+                type=OpenAPIType.STRING, min_length=1, description="The next piece of its text."
+            ),
+        },
+    ),
+    "custom": _object(
+        ["stage"],
+        {
+            "stage": Schema(type=OpenAPIType.STRING, description="`retrieval` or `tool`."),
+            "status": Schema(type=OpenAPIType.STRING, enum=["start", "end"]),
+            "name": Schema(type=OpenAPIType.STRING, description="The tool (stage `tool`)."),
+        },
+    ),
+    "end": _component("RunResultOut"),
+    "error": _component("Problem"),
+}
+"""The JSON in each event's ``data``, by event name (DESIGN "HTTP contract")."""
+
+
+def run_event_schema() -> Schema:
+    """One event of a run's stream, as schemathesis parses it (``event``, ``data``, and ``id``
+    or ``retry`` if sent): OpenAPI 3.1 has no ``itemSchema`` (3.2), and schemathesis reads a
+    3.0/3.1 ``text/event-stream`` ``schema`` as the schema of each event. ``data`` is JSON
+    text; ``contentMediaType`` + ``contentSchema`` describe what it decodes to."""
+    return Schema(
+        type=OpenAPIType.OBJECT,
+        description=SSE_DESCRIPTION,
+        required=["event", "data"],
+        properties={
+            "event": Schema(type=OpenAPIType.STRING, enum=list(RUN_EVENT_DATA)),
+            "data": Schema(type=OpenAPIType.STRING, content_media_type=JSON),
+        },
+        one_of=[
+            Schema(
+                properties={
+                    "event": Schema(const=event),
+                    "data": Schema(content_media_type=JSON, content_schema=data),
+                }
+            )
+            for event, data in RUN_EVENT_DATA.items()
+        ],
+    )
+
+
+def _absent_not_null(parameter: Parameter | Reference) -> None:
+    """An optional header or query parameter is absent or a value, never null: a header or a
+    query string can only carry the text ``null``, which is refused (422). Litestar documents
+    ``str | None`` as ``oneOf: [string, null]`` beside the constraints; keep the string."""
+    if not isinstance(parameter, Parameter) or parameter.required:
+        return
+    schema = parameter.schema
+    if not isinstance(schema, Schema) or not schema.one_of:
+        return
+    branches = [s for s in schema.one_of if isinstance(s, Schema)]
+    types = [s.type for s in branches]
+    # only `[{type: …}, {type: null}]`: any more in a branch would be lost
+    if (
+        len(schema.one_of) == 2
+        and types.count(OpenAPIType.NULL) == 1
+        and branches == [Schema(type=t) for t in types]
+    ):
+        schema.one_of = None
+        schema.type = next(t for t in types if t != OpenAPIType.NULL)
+
+
 @dataclass
 class ContractOperation(Operation):
     """Drops the 400 Litestar adds for validation: validation failures are 422 here, and a 400
-    happens only where a JSON body is read."""
+    happens only where a JSON body is read. Optional parameters are not nullable."""
 
     def __post_init__(self) -> None:
         if self.request_body is None and self.responses:
             self.responses.pop("400", None)
+        for parameter in self.parameters or []:
+            _absent_not_null(parameter)
 
 
 @dataclass
@@ -72,11 +167,35 @@ class RunOperation(ContractOperation):
         if isinstance(ok, OpenAPIResponse):
             ok.description = "The run: SSE unless Accept's best match is application/json."
             ok.content = {
-                "text/event-stream": OpenAPIMediaType(
-                    schema=Schema(type=OpenAPIType.STRING, description=SSE_DESCRIPTION)
-                ),
+                SSE: OpenAPIMediaType(schema=run_event_schema()),
                 **(ok.content or {}),
             }
+
+
+class ClosedStructSchemaPlugin(OpenAPISchemaPlugin):
+    """A msgspec Struct with ``forbid_unknown_fields=True`` (the request bodies) refuses unknown
+    members (422), so its schema says ``additionalProperties: false``. The next plugin for the
+    type (Litestar's own Struct plugin) builds the schema; this one must come before it."""
+
+    def is_plugin_supported_field(self, field_definition: FieldDefinition) -> bool:
+        return (
+            not field_definition.is_union
+            and field_definition.is_subclass_of(msgspec.Struct)
+            and field_definition.type_.__struct_config__.forbid_unknown_fields
+        )
+
+    def to_openapi_schema(
+        self, field_definition: FieldDefinition, schema_creator: SchemaCreator
+    ) -> Schema:
+        builder = next(
+            plugin
+            for plugin in schema_creator.plugins
+            if not isinstance(plugin, ClosedStructSchemaPlugin)
+            and schema_creator.plugin_supports_field(plugin, field_definition)
+        )
+        schema = builder.to_openapi_schema(field_definition, schema_creator)
+        schema.additional_properties = False
+        return schema
 
 
 def openapi_config(title: str, version: str, *, bearer: bool) -> OpenAPIConfig:

@@ -24,7 +24,12 @@ THREAD_ID_PATTERN = THREAD_ID.pattern
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 LOCALE_PATTERN = r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*$"
 """``X-Locale``: loosely BCP 47 (``en``, ``fa-IR``, ``zh-Hans-CN``, ``zh_CN``)."""
-NOT_BLANK_PATTERN = r"\S"
+NOT_BLANK_PATTERN = (
+    r"[^\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+)
+"""A character that is not whitespace: Python's ``\\S`` spelled out, since ECMA-262 reads ``\\S``
+otherwise (there U+001C–U+001F and U+0085 are not whitespace, U+FEFF is; found by
+schemathesis)."""
 
 MAX_COMMENT_CHARS = 2000
 
