@@ -210,12 +210,9 @@ class ArchiveRetention(Retention):
         keys = set(await self.archive.user_threads(tenant_id, user_id))
         keys.update(await self.runs.user_threads(tenant_id, user_id))
         receipt = await self.delete_threads(sorted(keys))
-        _, messages = await self.archive.erase_user(tenant_id, user_id)  # audit leftovers
         _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
         items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
-        return receipt + ErasureReceipt(
-            messages=messages, memory_items=items, feedback=stray_feedback
-        )
+        return receipt + ErasureReceipt(memory_items=items, feedback=stray_feedback)
 
 
 @dataclass
