@@ -100,12 +100,15 @@ from psycopg_pool import AsyncConnectionPool
 from benchmarks.conftest import BenchSize, chat_text
 from tests.support.scripted_model import ScriptedChatModel
 from threadkeeper.adapters.atomic import AtomicSaver
+from threadkeeper.adapters.postgres.ledger import DDL as LEDGER_DDL
+from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER_TABLE
+from threadkeeper.adapters.postgres.ledger import MessageLedger
 
 DSN = os.environ.get("THREADKEEPER_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TURNS = {"reduced": 50, "full": 200}
 MESSAGE_BYTES = 950
 BLOG_KEEP = 20
-TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", LEDGER_TABLE)
 NEVER = 10**9  # a snapshot_frequency no thread here reaches
 ROW_OVERHEAD = 28  # heap tuple header (23 bytes, aligned to 24) + 4-byte line pointer
 
@@ -250,22 +253,27 @@ def _atomic(
     prune: bool = False,
     saver: type[AtomicSaver] = AtomicSaver,
     memo: bool = False,
+    ledger: bool = False,
+    cold: bool = False,
 ) -> Any:
     def build(base: AsyncPostgresSaver, turns: list[Turn]) -> tuple[Any, Any, RunTurn]:
         if memo:
             base = AsyncPostgresSaver(base.conn, serde=MemoSerde())
-        atomic = saver(base)
+        real: Any = MessageLedger(base, base.conn) if ledger else base  # type: ignore[arg-type]
+        atomic = saver(real)
         agent = create_agent(_model(turns), checkpointer=atomic, state_schema=schema)
 
         async def turn(agent: Any, human: HumanMessage, config: RunnableConfig) -> float:
             thread_id = config["configurable"]["thread_id"]
+            if cold:  # every turn on a replica that has never seen the thread
+                real.forget()
             with atomic.staging(thread_id) as staging:
                 await agent.ainvoke({"messages": [human]}, config, durability="exit")
                 await atomic.commit(staging)
             if not prune:
                 return 0.0
             start = time.perf_counter()
-            await base.aprune([thread_id], strategy="keep_latest")
+            await real.aprune([thread_id], strategy="keep_latest")
             return time.perf_counter() - start
 
         return agent, atomic, turn
@@ -295,8 +303,10 @@ ARMS = [
         True,
         _atomic(SparseDeltaState, saver=ForwardingAtomicSaver, memo=True),
     ),
+    Arm("tk_ledger_prune", "threadkeeper", True, _atomic(prune=True, ledger=True)),
+    Arm("tk_ledger_prune_cold", "threadkeeper", True, _atomic(prune=True, ledger=True, cold=True)),
 ]
-CHOSEN = "tk_exit_prune"
+CHOSEN = "tk_ledger_prune"
 STORAGE_TARGET = 2.0  # the chosen arm's stored bytes ÷ its transcript (DESIGN.md, Targets)
 GATE = 1.5  # the chosen arm's conversation time ÷ plain's; see the module docstring
 
@@ -325,6 +335,9 @@ async def _fresh_schema() -> AsyncIterator[tuple[str, AsyncConnectionPool]]:
             await pool.open(wait=True)
             try:
                 await AsyncPostgresSaver(pool).setup()  # type: ignore[arg-type]
+                async with pool.connection() as conn:
+                    for statement in LEDGER_DDL:
+                        await conn.execute(statement)
                 yield schema, pool
             finally:
                 await pool.close()

@@ -1,6 +1,6 @@
 """The postgres profile keeps one checkpoint per thread (pruned after each committed run),
-whose state still holds the whole history: storage grows with the transcript, not with its
-square (docs/storage-postgres.md)."""
+whose state still holds the whole history, each message stored once (``MessageLedger``):
+storage grows with the transcript, not with its square (docs/storage-postgres.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from litestar.testing import AsyncTestClient
 
 from tests.api.conftest import Servers, headers_for, run, settings_for
 from tests.support.postgres import fresh_schema
+from threadkeeper.adapters.postgres.ledger import TABLE
 from threadkeeper.app.application import create_app
 
 pytestmark = pytest.mark.integration
@@ -37,11 +38,24 @@ async def test_one_checkpoint_per_thread_and_the_whole_history(url: str, tmp_pat
         checkpoints = conn.execute(
             "SELECT count(*) FROM checkpoints WHERE thread_id LIKE '%:long'"
         ).fetchone()
-        stored = conn.execute(
+        refs = conn.execute(
+            "SELECT octet_length(blob) FROM checkpoint_blobs "
+            "WHERE thread_id LIKE '%:long' AND channel = 'messages'"
+        ).fetchall()
+        ledger = conn.execute(
+            f"SELECT count(*), coalesce(sum(octet_length(body)), 0) FROM {TABLE} "
+            "WHERE thread_id LIKE '%:long'"
+        ).fetchone()
+        blobs = conn.execute(
             "SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_blobs "
             "WHERE thread_id LIKE '%:long'"
         ).fetchone()
     assert checkpoints == (1,)
+    # the checkpoint's message list is refs (a few bytes per message), each message one row
+    assert len(refs) == 1
+    assert refs[0][0] < 20 * TURNS, refs
+    assert ledger is not None
+    assert ledger[0] >= 2 * TURNS
     transcript = sum(len(m["content"].encode()) for m in page["messages"])
-    assert stored is not None
-    assert stored[0] < 6 * transcript, (stored[0], transcript)
+    assert blobs is not None
+    assert blobs[0] + ledger[1] < 6 * transcript, (blobs[0], ledger[1], transcript)

@@ -6,6 +6,8 @@
   migrations. The service never issues DDL at start-up: ``open_postgres`` refuses a missing or
   older schema and says to run ``threadkeeper migrate``.
 - One run per thread across replicas: ``AdvisoryRunLock``.
+- Each message stored once (``MessageLedger``, ``ledger.py``): checkpoints hold refs to message
+  rows, and ``after_commit`` prunes the thread to its newest checkpoint.
 - threadkeeper's own tables (run records, feedback) go through SQLAlchemy (psycopg driver).
 """
 
@@ -27,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
 from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
+from threadkeeper.adapters.postgres.ledger import MessageLedger
 from threadkeeper.adapters.sql import SqlRunRecords
 from threadkeeper.domain.errors import ThreadBusy
 from threadkeeper.domain.locks import RunLock
@@ -191,7 +194,8 @@ async def migrate_postgres(url: str) -> list[str]:
 @dataclass
 class PostgresBackend:
     pool: AsyncConnectionPool[Any]
-    saver: AsyncPostgresSaver
+    saver: MessageLedger
+    """``AsyncPostgresSaver`` under ``MessageLedger``: what the app wraps in ``AtomicSaver``."""
     store: AsyncPostgresStore
     engine: AsyncEngine
     runs: SqlRunRecords
@@ -204,10 +208,11 @@ class PostgresBackend:
     async def after_commit(self, thread_key: str) -> None:
         """Keep only the thread's newest checkpoint (its state holds the whole history).
 
-        Each run commits one checkpoint that re-stores the message list; without pruning a
-        thread's rows grow quadratically (≈ 246× its transcript at 200 turns), with it they
-        stay ≈ 1.2× (docs/storage-postgres.md). Runs under the thread's lock: the prune's
-        REPEATABLE READ transaction must not race another run on the thread.
+        Each run commits one checkpoint whose message list is a list of refs to message rows
+        (``MessageLedger``); without pruning a thread would keep one such list per run. With it
+        a thread is one checkpoint plus one row per message (docs/storage-postgres.md). Runs
+        under the thread's lock: the prune's REPEATABLE READ transaction must not race another
+        run on the thread.
         """
         await self.saver.aprune([thread_key], strategy="keep_latest")
 
@@ -233,7 +238,7 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
                 "the PostgreSQL schema is not ready (" + "; ".join(problems) + "): run "
                 "`threadkeeper migrate` with THREADKEEPER_PROFILE=postgres first"
             )
-        saver = AsyncPostgresSaver(pool)
+        saver = MessageLedger(AsyncPostgresSaver(pool), pool)
         store = AsyncPostgresStore(pool)
         runs = SqlRunRecords(engine)
         yield PostgresBackend(

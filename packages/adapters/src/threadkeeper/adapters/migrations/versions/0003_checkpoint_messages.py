@@ -1,0 +1,40 @@
+"""The postgres profile's message ledger: each checkpointed message stored once.
+
+``threadkeeper.adapters.postgres.ledger.MessageLedger`` writes it; checkpoints refer to its
+rows by ``seq``. Created on every dialect like 0002 (plain SQL); only the postgres profile
+writes it. ``ledger.DDL`` is the same table for schemas made without Alembic.
+
+Revision ID: 0003
+Revises: 0002
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import mysql
+
+revision = "0003"
+down_revision = "0002"
+
+SERIAL = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+BODY = sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+
+
+def upgrade() -> None:
+    op.create_table(
+        "tk_checkpoint_messages",
+        sa.Column("seq", SERIAL, primary_key=True, autoincrement=True),
+        sa.Column("thread_id", sa.String(400), nullable=False),
+        sa.Column("type", sa.String(32), nullable=False),
+        sa.Column("body", BODY, nullable=False),
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+    op.create_index(
+        "ix_tk_checkpoint_messages_thread", "tk_checkpoint_messages", ["thread_id", "seq"]
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("tk_checkpoint_messages")

@@ -1,0 +1,309 @@
+"""Each message of a thread stored once: the checkpoint's message list becomes a list of refs.
+
+With ``add_messages`` every checkpoint carries the thread's whole message list, so a turn
+deserializes and re-serializes all of it and writes it again as one blob: per-turn time and
+write volume grow with the thread (docs/storage-postgres.md). ``MessageLedger`` wraps the
+Postgres saver and changes only how that one channel is stored:
+
+- ``aput``: each message of the list that is not already stored with the same content goes to
+  ``tk_checkpoint_messages`` (one row per message version, ``seq`` from a sequence); the
+  checkpoint's blob for the channel holds ``{"tk_message_refs": [seq, …]}`` instead of the
+  messages. A turn writes its own new messages and a list of integers.
+- ``aget_tuple`` / ``alist``: refs are resolved back into the message list — from an
+  in-process cache of message objects by ``seq`` (a ``seq`` names one immutable row for ever,
+  so a cached object can never be stale, whichever replica wrote the thread meanwhile), and
+  from one ``seq = ANY(…)`` query for what the cache lacks (another replica's writes, a
+  restart).
+- ``aprune(keep_latest)`` prunes the checkpoints, then deletes message rows the newest
+  checkpoint no longer refers to — only for threads where this process replaced or dropped a
+  message, or failed to store a checkpoint after storing its messages (append-only threads have
+  nothing to collect). ``adelete_thread`` deletes the thread's rows.
+
+The graph still sees ``add_messages`` state with the whole list: ``GET /messages``, replay and
+trimming at the model call are unchanged. A checkpoint written before the ledger (a list in the
+blob) is read as it is and converted by the next ``aput``.
+
+Messages are never mutated in place (LangGraph's reducers and threadkeeper's hooks replace a
+message, keeping or changing its id), so the cache can hand the same objects to every read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg_pool import AsyncConnectionPool
+
+log = logging.getLogger(__name__)
+
+TABLE = "tk_checkpoint_messages"
+REFS = "tk_message_refs"
+CHANNEL = "messages"
+
+DDL = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE} ("
+    " seq BIGSERIAL PRIMARY KEY,"
+    " thread_id VARCHAR(400) NOT NULL,"
+    " type VARCHAR(32) NOT NULL,"
+    " body BYTEA NOT NULL)",
+    f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_thread ON {TABLE} (thread_id, seq)",
+)
+"""The table as Alembic revision 0003 creates it (used where a test or benchmark makes a
+schema without Alembic)."""
+
+
+class LedgerCorrupt(RuntimeError):
+    """A checkpoint refers to message rows that are not there."""
+
+
+def refs_of(value: Any) -> list[int] | None:
+    """The seqs of a stored refs value; None when the value is not one."""
+    if isinstance(value, dict) and REFS in value:
+        return [int(s) for s in value[REFS]]
+    return None
+
+
+@dataclass
+class _Thread:
+    """What this process last read or wrote of one thread: message id → (seq, object)."""
+
+    head: dict[str, tuple[int, BaseMessage]] = field(default_factory=dict)
+    dirty: bool = False
+    """Rows may exist that the newest checkpoint does not refer to."""
+
+
+class MessageLedger(BaseCheckpointSaver[Any]):
+    """Wraps an ``AsyncPostgresSaver`` (see the module docstring). Async API only."""
+
+    def __init__(
+        self,
+        base: AsyncPostgresSaver,
+        pool: AsyncConnectionPool[Any],
+        *,
+        cache_messages: int = 50_000,
+        cache_threads: int = 2_000,
+    ) -> None:
+        super().__init__(serde=base.serde)
+        self.base = base
+        self.pool = pool
+        self._messages: OrderedDict[int, BaseMessage] = OrderedDict()
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()
+        self._max_messages = cache_messages
+        self._max_threads = cache_threads
+
+    # -- cache ------------------------------------------------------------------------------
+
+    def _thread(self, thread_id: str) -> _Thread:
+        entry = self._threads.get(thread_id)
+        if entry is None:
+            entry = self._threads[thread_id] = _Thread()
+            if len(self._threads) > self._max_threads:
+                self._threads.popitem(last=False)
+        else:
+            self._threads.move_to_end(thread_id)
+        return entry
+
+    def _remember(self, seq: int, message: BaseMessage) -> None:
+        self._messages[seq] = message
+        self._messages.move_to_end(seq)
+        if len(self._messages) > self._max_messages:
+            self._messages.popitem(last=False)
+
+    def forget(self) -> None:
+        """Drop the in-process cache (tests and benchmarks: what a fresh replica sees)."""
+        self._messages.clear()
+        self._threads.clear()
+
+    # -- refs -> messages -------------------------------------------------------------------
+
+    async def _resolve(self, thread_id: str, seqs: list[int]) -> list[BaseMessage]:
+        found: dict[int, BaseMessage] = {}
+        missing: list[int] = []
+        for seq in seqs:
+            message = self._messages.get(seq)
+            if message is None:
+                missing.append(seq)
+            else:
+                found[seq] = message
+        if missing:
+            async with self.pool.connection() as conn:
+                cursor = await conn.execute(
+                    f"SELECT seq, type, body FROM {TABLE} WHERE seq = ANY(%s)",  # TABLE: constant
+                    (missing,),
+                )
+                rows: list[Any] = await cursor.fetchall()
+            for row in rows:
+                message = self.serde.loads_typed((row["type"], bytes(row["body"])))
+                found[int(row["seq"])] = message
+            absent = [s for s in missing if s not in found]
+            if absent:
+                raise LedgerCorrupt(
+                    f"thread {thread_id!r}: checkpoint refers to {len(absent)} missing "
+                    f"message rows (first seq {absent[0]})"
+                )
+        messages = [found[seq] for seq in seqs]
+        for seq in seqs:
+            self._remember(seq, found[seq])
+        entry = self._thread(thread_id)
+        entry.head = {
+            m.id: (seq, m) for seq, m in zip(seqs, messages, strict=True) if m.id is not None
+        }
+        return messages
+
+    async def _loaded(self, item: CheckpointTuple | None) -> CheckpointTuple | None:
+        if item is None:
+            return None
+        values = item.checkpoint["channel_values"]
+        seqs = refs_of(values.get(CHANNEL))
+        if seqs is not None:
+            thread_id = str(item.config["configurable"]["thread_id"])
+            values[CHANNEL] = await self._resolve(thread_id, seqs)
+        return item
+
+    # -- messages -> refs -------------------------------------------------------------------
+
+    async def _store(self, thread_id: str, messages: Sequence[BaseMessage]) -> list[int]:
+        entry = self._thread(thread_id)
+        seqs: list[int | None] = []
+        new: list[tuple[int, BaseMessage]] = []  # (position, message)
+        for position, message in enumerate(messages):
+            known = entry.head.get(message.id) if message.id is not None else None
+            if known is not None and (known[1] is message or known[1] == message):
+                seqs.append(known[0])
+            else:
+                seqs.append(None)
+                new.append((position, message))
+        if new:
+            types: list[str] = []
+            bodies: list[bytes] = []
+            for _, message in new:
+                type_, body = self.serde.dumps_typed(message)
+                types.append(type_)
+                bodies.append(body)
+            async with self.pool.connection() as conn:
+                cursor = await conn.execute(
+                    f"INSERT INTO {TABLE} (thread_id, type, body) "  # TABLE: a constant
+                    "SELECT %s, t, b FROM unnest(%s::varchar[], %s::bytea[]) "
+                    "WITH ORDINALITY AS m(t, b, n) ORDER BY n RETURNING seq",
+                    (thread_id, types, bodies),
+                )
+                rows: list[Any] = await cursor.fetchall()
+            # RETURNING follows the insert order, and the insert follows ORDER BY n
+            inserted = sorted(int(r["seq"]) for r in rows)
+            for (position, message), seq in zip(new, inserted, strict=True):
+                seqs[position] = seq
+                self._remember(seq, message)
+        final = [s for s in seqs if s is not None]
+        kept = {seq for seq, _ in entry.head.values()}
+        if not kept.issubset(final):  # a message replaced or dropped: its old row is garbage
+            entry.dirty = True
+        entry.head = {
+            m.id: (seq, m) for seq, m in zip(final, messages, strict=True) if m.id is not None
+        }
+        return final
+
+    # -- BaseCheckpointSaver ----------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._loaded(await self.base.aget_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        async for item in self.base.alist(config, filter=filter, before=before, limit=limit):
+            loaded = await self._loaded(item)
+            assert loaded is not None
+            yield loaded
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        value = checkpoint["channel_values"].get(CHANNEL)
+        if (
+            CHANNEL not in new_versions
+            or not isinstance(value, list)
+            or not all(isinstance(m, BaseMessage) for m in value)
+        ):  # not a message list (another graph's channel of that name): stored as it is
+            return await self.base.aput(config, checkpoint, metadata, new_versions)
+        thread_id = str(config["configurable"]["thread_id"])
+        seqs = await self._store(thread_id, value)
+        stored: Checkpoint = {
+            **checkpoint,
+            "channel_values": {**checkpoint["channel_values"], CHANNEL: {REFS: seqs}},
+        }
+        try:
+            return await self.base.aput(config, stored, metadata, new_versions)
+        except BaseException:
+            self._thread(thread_id).dirty = True  # rows stored for a checkpoint that is not
+            raise
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self.base.aput_writes(config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.base.adelete_thread(thread_id)
+        async with self.pool.connection() as conn:
+            await conn.execute(f"DELETE FROM {TABLE} WHERE thread_id = %s", (str(thread_id),))
+        self._threads.pop(str(thread_id), None)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self.base.aprune(thread_ids, strategy=strategy)
+        if strategy != "keep_latest":  # "delete": the threads' checkpoints are gone
+            for thread_id in thread_ids:
+                async with self.pool.connection() as conn:
+                    await conn.execute(
+                        f"DELETE FROM {TABLE} WHERE thread_id = %s", (str(thread_id),)
+                    )
+                self._threads.pop(str(thread_id), None)
+            return
+        for thread_id in thread_ids:
+            entry = self._threads.get(str(thread_id))
+            if entry is not None and entry.dirty:
+                await self.collect(str(thread_id))
+
+    async def collect(self, thread_id: str) -> int:
+        """Delete the thread's message rows that its newest checkpoint does not refer to."""
+        latest = await self.base.aget_tuple({"configurable": {"thread_id": thread_id}})
+        keep = refs_of(latest.checkpoint["channel_values"].get(CHANNEL)) if latest else None
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                f"DELETE FROM {TABLE} WHERE thread_id = %s "  # TABLE: a constant
+                "AND NOT (seq = ANY(%s))",
+                (thread_id, keep or []),
+            )
+            deleted = int(cursor.rowcount)
+        entry = self._threads.get(thread_id)
+        if entry is not None:
+            entry.dirty = False
+        return max(deleted, 0)
+
+    def get_next_version(self, current: Any, channel: None = None) -> Any:
+        return self.base.get_next_version(current, channel)
