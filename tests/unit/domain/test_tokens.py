@@ -157,17 +157,49 @@ def test_content_blocks_are_counted_and_non_text_blocks_are_never_free() -> None
 # --- the cache: by message id ----------------------------------------------------------------
 
 
-def test_counts_are_cached_by_id_so_changed_content_needs_a_new_id() -> None:
-    """The contract: a message id names one content. The counter trusts it and does not look
-    at the content again, which is why truncation and compaction must give a new id."""
-    counter = CharacterCounter()
+def test_counts_are_cached_by_id_and_content_so_a_reused_id_cannot_borrow_a_count() -> None:
+    """Ids come from callers: the same id with longer content must be counted again, or a
+    long message could slip past the budget (and the 413 check) on a short one's count."""
+
+    class Tally(CharacterCounter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.texts: list[str] = []
+
+        def count_text(self, text: str) -> int:
+            self.texts.append(text)
+            return super().count_text(text)
+
+    counter = Tally()
     assert counter.count(HumanMessage("short", id="m1")) == MESSAGE_FRAMING + 5
-    # same id, different content: the cached count is returned (by design)
-    assert counter.count(HumanMessage("a much longer text", id="m1")) == MESSAGE_FRAMING + 5
-    # a new id is counted afresh
+    assert counter.count(HumanMessage("short", id="m1")) == MESSAGE_FRAMING + 5
+    assert counter.texts == ["short"]  # the second count came from the cache
+    assert counter.count(HumanMessage("a much longer text", id="m1")) == MESSAGE_FRAMING + 18
     assert counter.count(HumanMessage("a much longer text", id="m2")) == MESSAGE_FRAMING + 18
-    # a fresh counter has no cache
-    assert CharacterCounter().count(HumanMessage("a much longer text", id="m1")) == 21
+    # tool calls are part of what is cached: other arguments under the same id are recounted
+    call = {"name": "faq", "args": {"doc_id": "d1"}, "id": "c1"}
+    longer = {"name": "faq", "args": {"doc_id": "d1" * 50}, "id": "c1"}
+    first = counter.count(AIMessage("", id="a1", tool_calls=[call]))
+    assert counter.count(AIMessage("", id="a1", tool_calls=[longer])) == first + 98
+
+
+def test_invalid_tool_calls_are_counted() -> None:
+    counter = CharacterCounter()
+    plain = counter.count(AIMessage("x", id="a"))
+    broken = AIMessage(
+        "x",
+        id="b",
+        invalid_tool_calls=[
+            {
+                "name": "faq",
+                "args": '{"doc_id": ',
+                "id": "c",
+                "error": "bad json",
+                "type": "invalid_tool_call",
+            }
+        ],
+    )
+    assert counter.count(broken) == plain + TOOL_CALL_FRAMING + len('faq{"doc_id": ')
 
 
 def test_messages_without_an_id_are_never_cached() -> None:

@@ -1,8 +1,11 @@
 """Token accounting: the ``TokenCounter`` port and the exact tiktoken counters.
 
 A message costs its framing, the tokens of its text, and for an AI message the tokens of each
-tool call's name and JSON arguments. Counts are cached by message id: whatever changes a
-message's content (truncation, compaction) must give it a new id (see ``derive_id``).
+tool call's name and JSON arguments (and of each invalid tool call's raw name and arguments).
+Counts are cached by message id *and* a fingerprint of what is counted: ids come from callers
+(a backend may send any ``message_id``, and the same id in another thread or tenant), so an id
+alone must never let a long message borrow a short one's count. Rules that change a message's
+content still give it a new id (``derive_id``), so the transcript can tell the two apart.
 
 The vocabularies come from the ``bpe-openai`` wheel, checked against tiktoken's own sha256, and
 are never downloaded.
@@ -56,13 +59,13 @@ def tool_call_text(name: str, args: Mapping[str, Any]) -> str:
 
 
 class TokenCounter(ABC):
-    """Counts what a message costs the model, cached by message id."""
+    """Counts what a message costs the model, cached by message id and content."""
 
     #: The name configuration uses for this counter (``THREADKEEPER_TOKENIZER``).
     name: str
 
     def __init__(self) -> None:
-        self._cache: dict[str, int] = {}
+        self._cache: dict[tuple[str, int, tuple[str, ...]], int] = {}
         self._lock = threading.Lock()
 
     @abstractmethod
@@ -70,18 +73,26 @@ class TokenCounter(ABC):
         """Tokens of a plain string."""
 
     def count(self, message: BaseMessage) -> int:
-        """Tokens of one message: framing, text and tool calls. Cached by ``message.id``."""
-        key = message.id
+        """Tokens of one message: framing, text and tool calls.
+
+        Cached by ``message.id`` with the hash of its text and the text of its tool calls: the
+        same id with other content is counted again. ``str`` caches its hash, so a hit costs
+        no pass over a text the process has hashed before.
+        """
+        text = message_text(message)
+        calls: tuple[str, ...] = ()
+        if isinstance(message, AIMessage):
+            calls = tuple(tool_call_text(c["name"], c["args"]) for c in message.tool_calls) + tuple(
+                f"{c.get('name') or ''}{c.get('args') or ''}" for c in message.invalid_tool_calls
+            )
+        key = (message.id, hash(text), calls) if message.id is not None else None
         if key is not None:
             cached = self._cache.get(key)
             if cached is not None:
                 return cached
-        tokens = MESSAGE_FRAMING + self.count_text(message_text(message))
-        if isinstance(message, AIMessage):
-            for call in message.tool_calls:
-                tokens += TOOL_CALL_FRAMING + self.count_text(
-                    tool_call_text(call["name"], call["args"])
-                )
+        tokens = MESSAGE_FRAMING + self.count_text(text)
+        for call in calls:
+            tokens += TOOL_CALL_FRAMING + self.count_text(call)
         if key is not None:
             with self._lock:
                 if len(self._cache) >= _CACHE_LIMIT:
