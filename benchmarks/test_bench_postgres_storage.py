@@ -303,6 +303,8 @@ ARMS = [
         True,
         _atomic(SparseDeltaState, saver=ForwardingAtomicSaver, memo=True),
     ),
+    Arm("tk_ledger", "threadkeeper", True, _atomic(ledger=True)),
+    Arm("tk_ledger_cold", "threadkeeper", True, _atomic(ledger=True, cold=True)),
     Arm("tk_ledger_prune", "threadkeeper", True, _atomic(prune=True, ledger=True)),
     Arm("tk_ledger_prune_cold", "threadkeeper", True, _atomic(prune=True, ledger=True, cold=True)),
 ]

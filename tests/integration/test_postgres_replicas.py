@@ -1,5 +1,6 @@
 """Two service processes on one PostgreSQL: 20 simultaneous runs on one thread give exactly
-one answer and 19 × 409, and the thread's checkpoint history stays linear."""
+one answer and 19 × 409, and the thread holds exactly that one round; one process serves more
+simultaneous runs on different threads than its saver pool has connections."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,8 @@ import pytest
 
 from tests.e2e.test_server import free_port, wait_ready
 from tests.support.postgres import fresh_schema
+from threadkeeper.adapters.postgres import POOL_SIZE
+from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
 
 pytestmark = pytest.mark.integration
 
@@ -71,20 +75,22 @@ async def test_twenty_simultaneous_runs_on_two_replicas(
     thread = "contended"
     question = "Is dental treatment covered by my health insurance? " * 3
 
-    async def send(index: int) -> tuple[int, dict[str, object]]:
+    async def send(index: int) -> tuple[int, dict[str, object], float]:
         async with httpx.AsyncClient(base_url=urls[index % 2], headers=HEADERS, timeout=120) as c:
+            start = time.monotonic()
             response = await c.post(
                 f"/v1/threads/{thread}/runs",
                 json={"message": {"content": question}},
                 headers={"Accept": "application/json"},
             )
-            return response.status_code, response.json()
+            return response.status_code, response.json(), time.monotonic() - start
 
     results = await asyncio.gather(*(send(i) for i in range(20)))
-    statuses = sorted(status for status, _ in results)
+    statuses = sorted(status for status, _, _ in results)
     assert statuses == [200] + [409] * 19, statuses
-    answer = next(body for status, body in results if status == 200)
-    running = {body.get("running_run_id") for status, body in results if status == 409}
+    answer, took = next((body, took) for status, body, took in results if status == 200)
+    assert took >= 2.0, f"the run lasted {took:.2f} s: too short to overlap the others"
+    running = {body.get("running_run_id") for status, body, _ in results if status == 409}
     assert running == {answer["run_id"]}, "every refusal names the one running run"
 
     async with httpx.AsyncClient(base_url=urls[1], headers=HEADERS, timeout=30) as client:
@@ -92,13 +98,41 @@ async def test_twenty_simultaneous_runs_on_two_replicas(
     assert [m["role"] for m in page["messages"]] == ["human", "ai"]
 
     with psycopg.connect(database) as conn:
-        rows = conn.execute(
-            "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints "
-            "WHERE thread_id LIKE %s AND checkpoint_ns = ''",
-            (f"%:{thread}",),
+        checkpoints = conn.execute(
+            "SELECT count(*) FROM checkpoints WHERE thread_id LIKE %s", (f"%:{thread}",)
+        ).fetchone()
+        runs = conn.execute(
+            "SELECT run_id FROM tk_run_records WHERE thread_key LIKE %s", (f"%:{thread}",)
         ).fetchall()
-    children: dict[object, int] = {}
-    for _, parent in rows:
-        children[parent] = children.get(parent, 0) + 1
-    assert rows, "the answered run was committed"
-    assert max(children.values()) == 1, "no checkpoint has two children: the history is linear"
+        messages = conn.execute(
+            f"SELECT count(*) FROM {LEDGER} WHERE thread_id LIKE %s", (f"%:{thread}",)
+        ).fetchone()
+    # one committed run: one run record, one checkpoint, its two messages stored once
+    assert runs == [(answer["run_id"],)]
+    assert checkpoints == (1,)
+    assert messages == (2,)
+
+
+async def test_one_replica_runs_more_threads_at_once_than_its_saver_pool_has_connections(
+    replicas: tuple[list[str], str],
+) -> None:
+    """Each run pins a connection for its advisory lock; those come from a pool of their own,
+    so 25 runs in flight (more than the 20 saver/store connections) all finish."""
+    urls, _ = replicas
+    count = POOL_SIZE + 5
+    question = "Is dental treatment covered by my health insurance?"
+
+    async def send(client: httpx.AsyncClient, index: int) -> int:
+        response = await client.post(
+            f"/v1/threads/parallel-{index}/runs",
+            json={"message": {"content": question}},
+            headers={"Accept": "application/json"},
+        )
+        return response.status_code
+
+    start = time.monotonic()
+    async with httpx.AsyncClient(base_url=urls[0], headers=HEADERS, timeout=120) as client:
+        statuses = await asyncio.gather(*(send(client, i) for i in range(count)))
+    took = time.monotonic() - start
+    assert statuses == [200] * count, statuses
+    assert took < 25, f"{count} runs took {took:.1f} s: runs waited for connections"

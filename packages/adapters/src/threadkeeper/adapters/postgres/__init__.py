@@ -37,6 +37,13 @@ from threadkeeper.domain.locks import RunLock
 log = logging.getLogger(__name__)
 
 APPLICATION_NAME = "tk-run:"
+POOL_SIZE = 20
+"""Connections for the saver, the store and short queries (per replica)."""
+LOCK_POOL_SIZE = 32
+"""Runs in flight per replica: each holds one connection for its thread's advisory lock."""
+LOCK_ACQUIRE_TIMEOUT = 10.0
+"""Seconds a run waits for a lock connection when ``LOCK_POOL_SIZE`` runs are in flight; then
+``PoolTimeout`` (answered 503)."""
 
 
 class SchemaNotReady(RuntimeError):
@@ -61,10 +68,24 @@ class AdvisoryRunLock(RunLock):
     The holder's run id is the session's ``application_name``, set before the lock is taken,
     so a refused caller can always name the running run (``pg_locks`` ⋈ ``pg_stat_activity``).
     Session-level locks break behind PgBouncer in transaction mode: connect directly.
+
+    A held lock pins its connection for the whole run, so locks take their connections from a
+    pool of their own (``pool``): runs in flight must never starve the saver and the store of
+    connections (with one shared pool of 20, 20 concurrent runs on different threads left
+    their own checkpoint writes waiting 30 s for a connection). ``query_pool`` serves the short
+    ``holder`` lookups; it defaults to ``pool``.
     """
 
-    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        *,
+        query_pool: AsyncConnectionPool[Any] | None = None,
+        acquire_timeout: float = LOCK_ACQUIRE_TIMEOUT,
+    ) -> None:
         self.pool = pool
+        self.query_pool = query_pool or pool
+        self.acquire_timeout = acquire_timeout
 
     def hold(self, thread_key: str, run_id: str) -> AbstractAsyncContextManager[None]:
         return self._hold(thread_key, run_id)
@@ -72,7 +93,7 @@ class AdvisoryRunLock(RunLock):
     @asynccontextmanager
     async def _hold(self, thread_key: str, run_id: str) -> AsyncIterator[None]:
         key = advisory_key(thread_key)
-        async with self.pool.connection() as conn:
+        async with self.pool.connection(timeout=self.acquire_timeout) as conn:
             await conn.execute(
                 "SELECT set_config('application_name', %s, false)", (APPLICATION_NAME + run_id,)
             )
@@ -96,7 +117,7 @@ class AdvisoryRunLock(RunLock):
 
     async def holder(self, thread_key: str) -> str | None:
         classid, objid = _lock_ids(advisory_key(thread_key))
-        async with self.pool.connection() as conn:
+        async with self.query_pool.connection() as conn:
             row: Any = await (
                 await conn.execute(
                     "SELECT a.application_name AS name FROM pg_locks l "
@@ -119,7 +140,7 @@ def sqlalchemy_url(postgres_url: str) -> str:
     return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
-def _pool(url: str, *, min_size: int = 2, max_size: int = 20) -> AsyncConnectionPool[Any]:
+def _pool(url: str, *, min_size: int = 2, max_size: int = POOL_SIZE) -> AsyncConnectionPool[Any]:
     return AsyncConnectionPool(
         url,
         min_size=min_size,
@@ -230,8 +251,10 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
     """Open the pool and engine; refuse a schema that ``threadkeeper migrate`` has not made."""
     pool = _pool(url)
     await pool.open(wait=True, timeout=30)
+    lock_pool = _pool(url, min_size=1, max_size=LOCK_POOL_SIZE)
     engine = _engine(url)
     try:
+        await lock_pool.open(wait=True, timeout=30)
         problems = await schema_problems(pool, engine)
         if problems:
             raise SchemaNotReady(
@@ -247,9 +270,10 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
             store=store,
             engine=engine,
             runs=runs,
-            lock=AdvisoryRunLock(pool),
+            lock=AdvisoryRunLock(lock_pool, query_pool=pool),
             retention=CheckpointRetention(saver, store, runs),
         )
     finally:
         await engine.dispose()
+        await lock_pool.close()
         await pool.close()
