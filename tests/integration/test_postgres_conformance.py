@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import psycopg
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from sqlalchemy import text
 
 from tests.conformance.retention import RetentionConformance
 from tests.conformance.run_lock import LockFactory, RunLockConformance
@@ -21,7 +26,9 @@ from threadkeeper.adapters.postgres import (
     advisory_key,
     open_postgres,
 )
+from threadkeeper.adapters.postgres.retention import IDLE_THREADS, TS_INDEX, iso_ts
 from threadkeeper.domain.runs import RunRecords
+from threadkeeper.domain.threads import ThreadRef
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +85,59 @@ async def test_the_service_refuses_an_unmigrated_schema() -> None:
     ):
         async with open_postgres(bare):
             pytest.fail("opened without a schema")
+
+
+async def test_idle_threads_come_from_the_checkpoint_ts_through_its_index(
+    backend: PostgresBackend, url: str
+) -> None:
+    """A thread is idle by its newest checkpoint's ``ts`` — also when its run record was never
+    saved — and the query can use ``ix_tk_checkpoints_ts``."""
+    harness = CheckpointRetentionHarness(backend)
+    old, fresh = ThreadRef("acme", "u1", "old"), ThreadRef("acme", "u1", "fresh")
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    await harness.seed_thread(old, last_activity=now - timedelta(days=100), messages=2)
+    await harness.seed_thread(fresh, last_activity=now - timedelta(days=1), messages=2)
+    async with backend.engine.begin() as conn:  # as if saving the run records had failed
+        await conn.execute(text("DELETE FROM tk_run_records"))
+    cutoff = now - timedelta(days=90)
+    assert await backend.retention.idle_threads(cutoff, limit=10) == [old.key]
+    # a newer checkpoint of the old thread makes it active again
+    newer = empty_checkpoint()
+    newer["ts"] = (now - timedelta(days=2)).isoformat()
+    config: Any = {"configurable": {"thread_id": old.key, "checkpoint_ns": ""}}
+    await backend.saver.base.aput(config, newer, {"step": 2}, {})  # type: ignore[arg-type]
+    assert await backend.retention.idle_threads(cutoff, limit=10) == []
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("SET enable_seqscan = off")
+        cursor = await conn.execute(
+            "EXPLAIN " + IDLE_THREADS, {"cutoff": iso_ts(cutoff), "limit": 10}
+        )
+        plan = "\n".join(str(row[0]) for row in await cursor.fetchall())
+    assert TS_INDEX in plan, plan
+
+
+async def test_the_service_refuses_a_schema_behind_the_code(url: str) -> None:
+    """A database migrated by an older release (Alembic one revision back) is refused too."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE tk_alembic_version SET version_num = '0002'")
+    with pytest.raises(SchemaNotReady, match=r"at 0002, wanted 0003.*threadkeeper migrate"):
+        async with open_postgres(url):
+            pytest.fail("opened a schema behind the code")
+
+
+async def test_erasure_finds_a_thread_through_checkpoint_metadata_alone(
+    backend: PostgresBackend,
+) -> None:
+    """A thread with no run record (its save failed) is still the user's: its checkpoints carry
+    ``tenant_id``/``user_id`` in their metadata, which erasure queries."""
+    harness = CheckpointRetentionHarness(backend)
+    mine, theirs = ThreadRef("acme", "erased", "t1"), ThreadRef("acme", "other", "t1")
+    for thread in (mine, theirs):
+        await harness.seed_thread(thread, last_activity=datetime.now(UTC), messages=4)
+    async with backend.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM tk_run_records"))
+    assert await backend.retention.user_thread_keys("acme", "erased") == {mine.key}
+    receipt = await backend.retention.erase_user("acme", "erased")
+    assert (receipt.threads, receipt.messages) == (1, 4)
+    assert not await harness.thread_exists(mine.key)
+    assert await harness.thread_exists(theirs.key)

@@ -32,6 +32,7 @@ class CheckpointRetentionHarness:
             kind = HumanMessage if index % 2 == 0 else AIMessage
             history.append(kind(f"message {index}", id=f"{ref.key}-{index}"))
         checkpoint = empty_checkpoint()
+        checkpoint["ts"] = last_activity.isoformat()  # the postgres profile's activity time
         checkpoint["channel_values"] = {"messages": history}
         checkpoint["channel_versions"] = {"messages": 1}
         config: dict[str, Any] = {"configurable": {"thread_id": ref.key, "checkpoint_ns": ""}}

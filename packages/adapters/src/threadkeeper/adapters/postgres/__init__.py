@@ -28,8 +28,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
-from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
 from threadkeeper.adapters.postgres.ledger import MessageLedger
+from threadkeeper.adapters.postgres.retention import PostgresRetention
 from threadkeeper.adapters.sql import SqlRunRecords
 from threadkeeper.domain.errors import ThreadBusy
 from threadkeeper.domain.locks import RunLock
@@ -221,7 +221,7 @@ class PostgresBackend:
     engine: AsyncEngine
     runs: SqlRunRecords
     lock: AdvisoryRunLock
-    retention: CheckpointRetention
+    retention: PostgresRetention
     profile: str = "postgres"
     archive: None = None
     """No separate archive: the transcript is the checkpoint state."""
@@ -271,7 +271,7 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
             engine=engine,
             runs=runs,
             lock=AdvisoryRunLock(lock_pool, query_pool=pool),
-            retention=CheckpointRetention(saver, store, runs),
+            retention=PostgresRetention(saver, store, runs, pool),
         )
     finally:
         await engine.dispose()

@@ -1,8 +1,13 @@
-"""The postgres profile's message ledger: each checkpointed message stored once.
+"""The postgres profile's message ledger, and the index retention queries.
 
-``threadkeeper.adapters.postgres.ledger.MessageLedger`` writes it; checkpoints refer to its
-rows by ``seq``. Created on every dialect like 0002 (plain SQL); only the postgres profile
-writes it. ``ledger.DDL`` is the same table for schemas made without Alembic.
+- ``tk_checkpoint_messages``: ``threadkeeper.adapters.postgres.ledger.MessageLedger`` writes
+  it; checkpoints refer to its rows by ``seq``. Created on every dialect like 0002 (plain
+  SQL); only the postgres profile writes it. ``ledger.DDL`` is the same table for schemas made
+  without Alembic.
+- ``ix_tk_checkpoints_ts`` (PostgreSQL only, where ``threadkeeper migrate`` has run the
+  saver's ``setup()`` first): the checkpoint's ``ts`` as "C"-collated text, which
+  ``postgres.retention`` filters and sorts on. Only top-level checkpoints (``checkpoint_ns =
+  ''``).
 
 Revision ID: 0003
 Revises: 0002
@@ -34,7 +39,14 @@ def upgrade() -> None:
     op.create_index(
         "ix_tk_checkpoint_messages_thread", "tk_checkpoint_messages", ["thread_id", "seq"]
     )
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute(
+            "CREATE INDEX IF NOT EXISTS ix_tk_checkpoints_ts ON checkpoints "
+            "(((checkpoint->>'ts') COLLATE \"C\")) WHERE checkpoint_ns = ''"
+        )
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("DROP INDEX IF EXISTS ix_tk_checkpoints_ts")
     op.drop_table("tk_checkpoint_messages")

@@ -1,0 +1,63 @@
+"""Retention on the postgres profile: a thread's activity is its newest checkpoint's ``ts``.
+
+``ts`` sits inside the ``checkpoint`` JSON (an ISO-8601 UTC string LangGraph writes); Alembic
+0003 indexes it as text in the "C" collation, where ISO strings of one offset sort in time
+order (``ix_tk_checkpoints_ts``). A thread is idle when it has a checkpoint older than the
+cutoff and none newer. Every checkpoint comes from a committed run, so this is the time of the
+thread's last round, and it does not depend on the run record having been saved.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
+from psycopg_pool import AsyncConnectionPool
+
+from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
+from threadkeeper.adapters.sql import SqlRunRecords
+
+TS_INDEX = "ix_tk_checkpoints_ts"
+TS = "(checkpoint->>'ts') COLLATE \"C\""
+"""The indexed expression; a query must spell it the same way for the planner to use it."""
+
+IDLE_THREADS = f"""
+SELECT c.thread_id, max({TS}) AS newest
+FROM checkpoints c
+WHERE c.checkpoint_ns = '' AND {TS} < %(cutoff)s
+  AND NOT EXISTS (
+    SELECT 1 FROM checkpoints n
+    WHERE n.thread_id = c.thread_id AND n.checkpoint_ns = ''
+      AND (n.checkpoint->>'ts') COLLATE "C" >= %(cutoff)s
+  )
+GROUP BY c.thread_id
+ORDER BY newest, c.thread_id
+LIMIT %(limit)s
+"""
+
+
+def iso_ts(moment: datetime) -> str:
+    """``moment`` as LangGraph writes a checkpoint's ``ts`` (ISO 8601 in UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat()
+
+
+class PostgresRetention(CheckpointRetention):
+    def __init__(
+        self,
+        saver: BaseCheckpointSaver[Any],
+        store: BaseStore,
+        runs: SqlRunRecords,
+        pool: AsyncConnectionPool[Any],
+    ) -> None:
+        super().__init__(saver, store, runs)
+        self.pool = pool
+
+    async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(IDLE_THREADS, {"cutoff": iso_ts(cutoff), "limit": limit})
+            rows: list[Any] = await cursor.fetchall()
+        return [str(row["thread_id"]) for row in rows]
