@@ -7,6 +7,7 @@ a user's threads are found both there and through checkpoint metadata (``user_id
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -16,9 +17,15 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from threadkeeper.adapters.sql import SqlRunRecords
+from threadkeeper.domain.locks import RunLock, hold_when_free
 from threadkeeper.domain.memory import user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, Retention
 from threadkeeper.domain.tokens import message_text
+
+
+def deletion_holder() -> str:
+    """What a run refused while a deletion holds its thread is told is running."""
+    return f"deletion-{uuid.uuid4().hex[:12]}"
 
 
 def transcript_count(messages: Sequence[BaseMessage]) -> int:
@@ -46,11 +53,18 @@ async def delete_store_prefix(store: BaseStore, prefix: tuple[str, ...]) -> int:
 
 class CheckpointRetention(Retention):
     def __init__(
-        self, saver: BaseCheckpointSaver[Any], store: BaseStore, runs: SqlRunRecords
+        self,
+        saver: BaseCheckpointSaver[Any],
+        store: BaseStore,
+        runs: SqlRunRecords,
+        lock: RunLock | None = None,
     ) -> None:
         self.saver = saver
         self.store = store
         self.runs = runs
+        self.lock = lock
+        """Deletions hold the thread's run lock (``hold_when_free``), so that a run in flight
+        cannot commit into a thread being deleted."""
 
     async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
         return [row[0] for row in await self.runs.thread_activity(cutoff, limit=limit)]
@@ -62,6 +76,12 @@ class CheckpointRetention(Retention):
         return transcript_count(found.checkpoint["channel_values"].get("messages", []))
 
     async def delete_thread(self, thread_key: str) -> ErasureReceipt:
+        if self.lock is None:
+            return await self._delete_thread(thread_key)
+        async with hold_when_free(self.lock, thread_key, deletion_holder()):
+            return await self._delete_thread(thread_key)
+
+    async def _delete_thread(self, thread_key: str) -> ErasureReceipt:
         messages = await self._messages(thread_key)
         exists = messages > 0 or (
             await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}}) is not None

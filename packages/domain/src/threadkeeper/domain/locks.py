@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
 from threadkeeper.domain.errors import ThreadBusy
 
@@ -56,3 +58,41 @@ class InMemoryRunLock(RunLock):
 
     async def holder(self, thread_key: str) -> str | None:
         return self._holders.get(thread_key)
+
+
+#: How long a deletion waits for a run in flight on the thread before it gives up (409).
+DELETE_WAIT_SECONDS = 30.0
+
+
+@asynccontextmanager
+async def hold_when_free(
+    lock: RunLock,
+    thread_key: str,
+    holder: str,
+    *,
+    wait_seconds: float = DELETE_WAIT_SECONDS,
+    poll: float = 0.05,
+) -> AsyncIterator[None]:
+    """Hold ``thread_key`` as ``holder``, waiting up to ``wait_seconds`` for the run that
+    holds it to finish.
+
+    Deletions (``DELETE`` of a thread, erasure, retention) take the thread this way: a run in
+    flight would otherwise commit into a thread that is being deleted, and resurrect part of
+    it. Runs never wait (``RunLock.hold`` refuses at once); a deletion may.
+
+    Raises:
+        ThreadBusy: the thread was still held after ``wait_seconds``; it names the holder.
+    """
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        stack = AsyncExitStack()
+        try:
+            await stack.enter_async_context(lock.hold(thread_key, holder))
+        except ThreadBusy:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(poll)
+            continue
+        break
+    async with stack:
+        yield

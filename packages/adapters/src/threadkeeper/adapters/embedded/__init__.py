@@ -124,6 +124,7 @@ async def open_embedded(data_dir: str | Path, *, exclusive: bool = True) -> Asyn
             engine = create_async_engine(f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 5})
             runs = SqlRunRecords(engine)
             await runs.create_tables()
+            lock = InMemoryRunLock()
             try:
                 yield EmbeddedBackend(
                     data_dir=root,
@@ -131,8 +132,8 @@ async def open_embedded(data_dir: str | Path, *, exclusive: bool = True) -> Asyn
                     store=store,
                     engine=engine,
                     runs=runs,
-                    lock=InMemoryRunLock(),
-                    retention=CheckpointRetention(saver, store, runs),
+                    lock=lock,
+                    retention=CheckpointRetention(saver, store, runs, lock),
                 )
             finally:
                 await engine.dispose()

@@ -264,14 +264,15 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
         saver = MessageLedger(AsyncPostgresSaver(pool), pool)
         store = AsyncPostgresStore(pool)
         runs = SqlRunRecords(engine)
+        lock = AdvisoryRunLock(lock_pool, query_pool=pool)
         yield PostgresBackend(
             pool=pool,
             saver=saver,
             store=store,
             engine=engine,
             runs=runs,
-            lock=AdvisoryRunLock(lock_pool, query_pool=pool),
-            retention=PostgresRetention(saver, store, runs, pool),
+            lock=lock,
+            retention=PostgresRetention(saver, store, runs, pool, lock),
         )
     finally:
         await engine.dispose()

@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
 from threadkeeper.adapters.sql import SqlRunRecords
+from threadkeeper.domain.locks import RunLock
 
 TS_INDEX = "ix_tk_checkpoints_ts"
 TS = "(checkpoint->>'ts') COLLATE \"C\""
@@ -52,8 +53,9 @@ class PostgresRetention(CheckpointRetention):
         store: BaseStore,
         runs: SqlRunRecords,
         pool: AsyncConnectionPool[Any],
+        lock: RunLock | None = None,
     ) -> None:
-        super().__init__(saver, store, runs)
+        super().__init__(saver, store, runs, lock)
         self.pool = pool
 
     async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:

@@ -36,11 +36,12 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
-from threadkeeper.adapters.checkpoint_retention import delete_store_prefix
+from threadkeeper.adapters.checkpoint_retention import delete_store_prefix, deletion_holder
 from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
 from threadkeeper.adapters.redis_mysql.lock import RedisRunLock
 from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
 from threadkeeper.adapters.sql import SqlRunRecords
+from threadkeeper.domain.locks import RunLock, hold_when_free
 from threadkeeper.domain.memory import user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, Retention
 
@@ -183,16 +184,24 @@ class ArchiveRetention(Retention):
         saver: HealingRedisSaver,
         store: AsyncMyStore,
         runs: SqlRunRecords,
+        lock: RunLock | None = None,
     ) -> None:
         self.archive = archive
         self.saver = saver
         self.store = store
         self.runs = runs
+        self.lock = lock
 
     async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
         return await self.archive.idle_threads(cutoff, limit=limit)
 
     async def delete_thread(self, thread_key: str) -> ErasureReceipt:
+        if self.lock is None:
+            return await self._delete_thread(thread_key)
+        async with hold_when_free(self.lock, thread_key, deletion_holder()):
+            return await self._delete_thread(thread_key)
+
+    async def _delete_thread(self, thread_key: str) -> ErasureReceipt:
         checkpoint = await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}})
         messages = await self.archive.delete_thread(thread_key)
         runs, feedback = await self.runs.delete_thread(thread_key)
@@ -277,6 +286,7 @@ async def open_redis_mysql(
         await saver.asetup()  # RediSearch indexes (created only where missing)
         archive = SqlTranscriptArchive(engine)
         runs = SqlRunRecords(engine)
+        lock = RedisRunLock(redis, lock_ttl_seconds)
         yield RedisMysqlBackend(
             redis=redis,
             saver=saver,
@@ -284,8 +294,8 @@ async def open_redis_mysql(
             engine=engine,
             archive=archive,
             runs=runs,
-            lock=RedisRunLock(redis, lock_ttl_seconds),
-            retention=ArchiveRetention(archive, saver, store, runs),
+            lock=lock,
+            retention=ArchiveRetention(archive, saver, store, runs, lock),
         )
     finally:
         if pool is not None:
