@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-import bpe_openai
+import bpe_openai  # type: ignore[import-untyped]
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -39,8 +39,9 @@ COUNTER = TiktokenCounter("o200k_base")
 POLICY = TurnWindowPolicy(COUNTER)
 ORACLE = bpe_openai.get_encoding("o200k_base")
 
+#: 1.5 x the Hypothesis profile's examples (150 in ``dev``; see ``tests/unit/conftest.py``).
 PROPERTY = settings(
-    max_examples=150,
+    max_examples=settings().max_examples * 3 // 2,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -105,7 +106,7 @@ def assert_valid_window(messages: Sequence[BaseMessage], history: Sequence[BaseM
         elif isinstance(message, AIMessage):
             for call in message.tool_calls:
                 assert call["id"] not in open_calls
-                open_calls[call["id"]] = 0
+                open_calls[str(call["id"])] = 0
     unanswered = {call: n for call, n in open_calls.items() if n != 1}
     assert not unanswered, f"tool calls without exactly one result: {unanswered}"
     # 4. the newest human message is there, and it is the window's last human message
@@ -341,3 +342,41 @@ def test_compacting_again_changes_nothing_once_it_fits(
     second = compactor.compact(first.kept, budget=budget, system=conv.system, summary=conv.summary)
     assert second.kept == first.kept
     assert not second.changed
+
+
+@PROPERTY
+@given(conversations(), budgets, MAX_TOOL_CHARS)
+def test_compacting_the_same_input_twice_gives_the_same_result(
+    conv: Conversation, budget: int, limit: int | None
+) -> None:
+    """Deterministic: the same history compacted twice -- by the same compactor, by a new one
+    with a cold counter, and from a deep copy of the messages -- keeps the same messages with
+    the same ids and content, and the history itself is never changed."""
+    max_chars = limit or longest_tool_result(conv.history)
+    before = [m.model_dump() for m in conv.history]
+    copy = [m.model_copy(deep=True) for m in conv.history]
+    compactors = (
+        WindowCompactor(POLICY, max_tool_chars=max_chars),
+        WindowCompactor(POLICY, max_tool_chars=max_chars),
+        WindowCompactor(TurnWindowPolicy(TiktokenCounter("o200k_base")), max_tool_chars=max_chars),
+    )
+    outcomes: list[object] = []
+    for compactor, history in zip(compactors, (conv.history, conv.history, copy), strict=True):
+        try:
+            compaction = compactor.compact(
+                history, budget=budget, system=conv.system, summary=conv.summary
+            )
+        except (MessageTooLarge, ContextOverflow) as refused:
+            outcomes.append((type(refused), str(refused)))
+            continue
+        outcomes.append(
+            (
+                [(m.id, type(m).__name__, m.content, m.model_dump()) for m in compaction.kept],
+                compaction.dropped,
+                compaction.truncated,
+                compaction.changed,
+            )
+        )
+    assert outcomes[1] == outcomes[0], "the same compactor, the same input, another result"
+    assert outcomes[2] == outcomes[0], "a fresh compactor or a copied history changed the result"
+    assert [m.model_dump() for m in conv.history] == before, "compaction mutated the history"
