@@ -110,13 +110,3 @@ class TestTheCompactHooksCompactor(CompactorConformance):
     @pytest.fixture
     def compactor(self, hook_settings: HookSettings) -> Compactor:
         return CompactMiddleware(hook_settings).compactor
-
-    @pytest.mark.xfail(
-        strict=True,
-        reason="WindowCompactor deletes the newest turn's steps when the turn fits the budget "
-        "but not target x budget (packages/domain/src/threadkeeper/domain/compaction.py:152)",
-    )
-    def test_the_newest_turn_is_kept_whole_when_it_fits(
-        self, compactor: Compactor, counter: TokenCounter, max_tool_chars: int
-    ) -> None:
-        super().test_the_newest_turn_is_kept_whole_when_it_fits(compactor, counter, max_tool_chars)

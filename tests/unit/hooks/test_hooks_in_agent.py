@@ -323,12 +323,6 @@ async def test_compact_drops_empty_ai_messages() -> None:
     assert empty_id not in {m.id for seen in model.calls for m in seen}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: WindowCompactor compacts to target x budget and so deletes the newest turn's "
-    "tool call and result even when the turn fits the budget "
-    "(packages/domain/src/threadkeeper/domain/compaction.py:152)",
-)
 async def test_compact_keeps_the_tool_result_the_model_just_asked_for() -> None:
     counter = CharacterCounter()
     settings = HookSettings(budget=800, counter=counter, tool_result_max_chars=2000)

@@ -154,12 +154,23 @@ class WindowCompactor:
             )
         except (MessageTooLarge, ContextOverflow):  # the newest message needs more than target
             window = full
+        if not _keeps_newest_turn(window.messages, full.messages):
+            # the newest turn fits the budget but not the target: never cut into it (its tool
+            # call and result are what the model asked for a moment ago)
+            window = full
         kept = window.messages
         return Compaction(
             kept,
             dropped=len(history) - len(kept),
             truncated=sum(1 for m in kept if m.id in cut_ids),
         )
+
+
+def _keeps_newest_turn(window: Sequence[BaseMessage], full: Sequence[BaseMessage]) -> bool:
+    """Whether ``window`` holds every message ``full`` shows from its newest human message on."""
+    newest = max((i for i, m in enumerate(full) if isinstance(m, HumanMessage)), default=len(full))
+    shown = {id(m) for m in window}
+    return all(id(m) in shown for m in full[newest:])
 
 
 def _first_human(messages: Sequence[BaseMessage]) -> int:
