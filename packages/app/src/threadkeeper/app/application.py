@@ -10,9 +10,10 @@ from typing import Any
 
 from litestar import Litestar
 
-from threadkeeper.app.config import Settings, load_settings
+from threadkeeper.app.config import ConfigError, Settings, load_settings
 from threadkeeper.app.container import Container, make_container
 from threadkeeper.app.http import HttpSettings, create_http_app
+from threadkeeper.app.http.ratelimit import RunRateLimit, shared_windows
 from threadkeeper.app.runs import RunService
 from threadkeeper.app.service import Unavailable
 from threadkeeper.app.sweeper import RetentionSweeper
@@ -40,6 +41,24 @@ class ServiceProxy:
         return getattr(target, name)
 
 
+def startup_problem(exc: BaseException, settings: Settings) -> str:
+    """One line saying what keeps the service from starting, and what to do about it."""
+    from threadkeeper.adapters.embedded import DataDirBusy
+    from threadkeeper.hooks.pipeline import HookConfigError
+
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, ConfigError):
+        return f"configuration error: {text}"
+    if isinstance(exc, HookConfigError):
+        return (
+            f"configuration error: THREADKEEPER_HOOKS={settings.hook_names()!r} "
+            f"(profile {settings.profile}): {text}"
+        )
+    if isinstance(exc, DataDirBusy):
+        return text
+    return f"{type(exc).__name__}: {text}"
+
+
 def _sweeper(settings: Settings, service: RunService) -> RetentionSweeper | None:
     if not settings.retention_sweep_minutes or settings.retention_days is None:
         return None
@@ -50,16 +69,39 @@ def _sweeper(settings: Settings, service: RunService) -> RetentionSweeper | None
     )
 
 
+def _share_rate_limit(rate_limit: RunRateLimit | None, service: RunService) -> None:
+    """Count runs where every replica sees them, if the profile has a server for it."""
+    if rate_limit is None:
+        return
+    shared = shared_windows(service.backend)
+    if shared is not None:
+        rate_limit.windows = shared
+        where = "shared by every replica (Redis)"
+    else:
+        where = "kept in this process (per replica)"
+    log.info("rate limit: %d runs per user per minute, %s", rate_limit.per_minute, where)
+
+
 def create_app(settings: Settings | None = None, *, container: Container | None = None) -> Litestar:
+    """The application; the backend, model, hooks and agent are built in its lifespan
+    (``threadkeeper serve`` builds them first, so a bad setting is one clear line)."""
     settings = settings or load_settings()
     container = container or make_container(settings)
     proxy = ServiceProxy()
+    rate_limit = (
+        RunRateLimit(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
+    )
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         # only the selected profile's backend is opened (Selector), when first asked for
         try:
-            service: RunService = await container.service()  # type: ignore[misc]
+            try:
+                service: RunService = await container.service()  # type: ignore[misc]
+            except Exception as exc:
+                log.error("threadkeeper cannot start: %s", startup_problem(exc, settings))
+                raise
+            _share_rate_limit(rate_limit, service)
             proxy.target = service
             sweeper = _sweeper(settings, service)
             if sweeper is not None:
@@ -80,6 +122,7 @@ def create_app(settings: Settings | None = None, *, container: Container | None 
         service_tokens=settings.service_tokens or {},
         require_token=settings.profile != "embedded",
         lifespan=[lifespan],
+        run_rate_limit=rate_limit,
     )
     app = create_http_app(proxy, http)
     app.state.container = container

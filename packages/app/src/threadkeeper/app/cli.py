@@ -1,4 +1,4 @@
-"""``threadkeeper`` — serve, chat, tokens, replay, migrate, retention, doctor."""
+"""``threadkeeper`` — serve, chat, tokens, replay, migrate, retention, export, doctor."""
 
 from __future__ import annotations
 
@@ -63,20 +63,7 @@ def _storage(settings: Settings) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from threadkeeper.adapters.embedded import DataDirBusy, DataDirLock
-    from threadkeeper.app.application import create_app
-
     settings = _settings()
-    if settings.profile == "embedded":
-        probe = DataDirLock(Path(settings.data_dir).resolve())
-        try:
-            probe.acquire()
-        except DataDirBusy as exc:
-            print(f"threadkeeper: {exc}", file=sys.stderr)
-            return 2
-        probe.release()
     if settings.profile != "embedded":
         problems, server = _schema_problems(settings)
         if problems is None:
@@ -89,17 +76,52 @@ def cmd_serve(args: argparse.Namespace) -> int:
             )
             return 2
     try:
-        app = create_app(settings)
-    except ConfigError as exc:
+        return _run_server(settings, args)
+    except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C is a normal stop
+        return 0
+
+
+def _run_server(settings: Settings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from threadkeeper.app.application import create_app, startup_problem
+    from threadkeeper.app.container import make_container
+
+    container = make_container(settings)
+    try:
+        app = create_app(settings, container=container)
+    except (ConfigError, ValueError) as exc:
         print(f"threadkeeper: configuration error: {exc}", file=sys.stderr)
         return 2
-    print(
-        f"threadkeeper {settings.profile} profile on http://{args.host}:{args.port} "
-        f"(data: {_storage(settings)})",
-        file=sys.stderr,
-    )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
-    return 0
+
+    async def serve() -> int:
+        # Build what the lifespan would (the backend — on embedded with the data-dir lock, held
+        # from here on —, model, hooks, agent) in the server's own loop before uvicorn starts:
+        # a setting that cannot work is one clear line, not a traceback from the lifespan.
+        try:
+            await container.service()  # type: ignore[misc]  # the lifespan gets this instance
+        except Exception as exc:
+            await container.shutdown_resources()  # type: ignore[misc]
+            print(f"threadkeeper: cannot start: {startup_problem(exc, settings)}", file=sys.stderr)
+            if args.log_level == "debug":
+                raise
+            return 2
+        print(
+            f"threadkeeper {settings.profile} profile on http://{args.host}:{args.port} "
+            f"(data: {_storage(settings)})",
+            file=sys.stderr,
+        )
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on"
+        )
+        server = uvicorn.Server(config)
+        try:
+            await server.serve()
+        finally:
+            await container.shutdown_resources()  # type: ignore[misc]  # no-op after lifespan
+        return 0 if server.started else 3
+
+    return asyncio.run(serve())
 
 
 # -- chat --------------------------------------------------------------------------------
@@ -175,7 +197,7 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from threadkeeper.domain.threads import ThreadRef, ThreadScope
 
     container = make_container(settings)
-    _read_beside_a_server(container, settings)
+    _open_beside_a_server(container, settings)
     # only the selected profile's backend is opened (Selector), when first asked for
     try:
         service = await container.service()  # type: ignore[misc]
@@ -248,9 +270,11 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
         await container.shutdown_resources()  # type: ignore[misc]
 
 
-def _read_beside_a_server(container: Any, settings: Settings) -> None:
-    """Open the embedded backend without its data-dir lock (reading beside a running
-    server); the server profiles need no such thing."""
+def _open_beside_a_server(container: Any, settings: Settings) -> None:
+    """Open the embedded backend without its data-dir lock, so a command that only reads
+    (replay, export, doctor, ``retention --dry-run``) works beside a running server; the
+    server profiles need no such thing. SQLite in WAL mode lets readers in other processes
+    see committed data while the server writes."""
     if settings.profile != "embedded":
         return
     from dependency_injector import providers
@@ -270,10 +294,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 async def _retention(settings: Settings, args: argparse.Namespace) -> int:
     from threadkeeper.app.container import make_container
+    from threadkeeper.domain.errors import InvalidDuration
     from threadkeeper.domain.retention import parse_duration, sweep
 
     if args.older_than:
-        older_than = parse_duration(args.older_than)
+        try:
+            older_than = parse_duration(args.older_than)
+        except InvalidDuration as exc:
+            print(f"threadkeeper: --older-than: {exc}", file=sys.stderr)
+            return 2
     elif settings.retention_days:
         older_than = parse_duration(f"{settings.retention_days}d")
     else:
@@ -283,10 +312,27 @@ async def _retention(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from threadkeeper.adapters.embedded import DataDirBusy
+
     container = make_container(settings)
+    if args.dry_run:
+        _open_beside_a_server(container, settings)  # only reads
+    # Deleting takes the embedded data-dir lock: a deletion holds the thread's run lock, which
+    # on embedded lives in the server's process, so beside a server a run in flight could
+    # commit into a thread being deleted. Server profiles lock threads in their database.
     # only the selected profile's backend is opened (Selector), when first asked for
     try:
-        backend = await container.backend()
+        try:
+            backend = await container.backend()
+        except DataDirBusy:
+            print(
+                f"threadkeeper: a threadkeeper server is running on {settings.data_dir}; "
+                "retention cannot delete beside it (its runs lock threads in its own process): "
+                "stop it first, or let it sweep (THREADKEEPER_RETENTION_DAYS with "
+                "THREADKEEPER_RETENTION_SWEEP_MINUTES); --dry-run works beside it",
+                file=sys.stderr,
+            )
+            return 2
         report = await sweep(
             backend.retention,
             now=datetime.now(UTC),
@@ -318,6 +364,136 @@ def cmd_retention(args: argparse.Namespace) -> int:
     return asyncio.run(_retention(_settings(), args))
 
 
+# -- export ------------------------------------------------------------------------------
+
+
+def _thread_id(key: str, tenant_id: str, user_id: str, scope: str) -> str | None:
+    """The caller's thread id of a storage key (``None``: not this user's key)."""
+    prefix = f"{tenant_id}:{user_id}:" if scope == "user" else f"{tenant_id}:"
+    return key.removeprefix(prefix) if key.startswith(prefix) else None
+
+
+async def _user_thread_keys(service: Any, tenant_id: str, user_id: str) -> set[str]:
+    """Every thread the user has in the tenant, from whatever records it on this profile:
+    run records (all), checkpoint metadata (embedded, postgres), the archive (redis-mysql) —
+    the same sources erasure deletes from."""
+    keys: set[str] = set()
+    for source, method in (
+        (service.backend.runs, "user_threads"),
+        (service.retention, "user_thread_keys"),
+        (service.archive, "user_threads"),
+    ):
+        if source is not None and hasattr(source, method):
+            keys.update(await getattr(source, method)(tenant_id, user_id))
+    return keys
+
+
+async def _user_feedback(service: Any, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+    """The user's feedback rows (every profile keeps them in ``SqlRunRecords``' table)."""
+    from sqlalchemy import select
+
+    from threadkeeper.adapters.sql import SqlRunRecords, feedback
+
+    runs = service.backend.runs
+    if not isinstance(runs, SqlRunRecords):
+        return []
+    query = (
+        select(feedback)
+        .where(feedback.c.tenant_id == tenant_id, feedback.c.user_id == user_id)
+        .order_by(feedback.c.at, feedback.c.run_id)
+    )
+    async with runs.engine.connect() as conn:
+        rows = (await conn.execute(query)).mappings().all()
+    return [
+        {
+            "thread_key": row["thread_key"],
+            "run_id": row["run_id"],
+            "score": row["score"],
+            "comment": row["comment"],
+            "at": row["at"],
+        }
+        for row in rows
+    ]
+
+
+async def _export(settings: Settings, caller: Any) -> dict[str, Any]:
+    """Everything kept about ``caller``'s user in the tenant, read through the same service
+    the HTTP API uses (bodies shaped as its responses)."""
+    from threadkeeper.app.container import make_container
+    from threadkeeper.app.http.routes import memory_out, message_out
+    from threadkeeper.domain.errors import UnknownThread
+    from threadkeeper.domain.transcript import MAX_PAGE, TranscriptMessage
+
+    container = make_container(settings)
+    _open_beside_a_server(container, settings)
+    try:
+        # only the selected profile's backend is opened (Selector), when first asked for
+        service = await container.service()  # type: ignore[misc]
+        ids = (caller.tenant_id, caller.user_id, settings.thread_scope)
+        threads: list[dict[str, Any]] = []
+        keys = await _user_thread_keys(service, caller.tenant_id, caller.user_id)
+        for thread_id in sorted(t for k in keys if (t := _thread_id(k, *ids))):
+            # the transcript exactly as GET /v1/threads/{thread_id}/messages serves it
+            messages: list[TranscriptMessage] = []
+            before: str | None = None
+            while True:
+                try:
+                    page = await service.messages(caller, thread_id, limit=MAX_PAGE, before=before)
+                except UnknownThread:
+                    break  # run records or feedback only: listed, with no messages
+                messages[:0] = page.messages
+                if page.next_before is None:
+                    break
+                before = page.next_before
+            threads.append({"thread_id": thread_id, "messages": [message_out(m) for m in messages]})
+        feedback = [
+            {"thread_id": _thread_id(key, *ids) or key, **item}
+            for item in await _user_feedback(service, caller.tenant_id, caller.user_id)
+            if (key := item.pop("thread_key"))
+        ]
+        return {
+            "tenant_id": caller.tenant_id,
+            "user_id": caller.user_id,
+            "exported_at": datetime.now(UTC),
+            "profile": settings.profile,
+            "thread_scope": settings.thread_scope,
+            "threads": threads,
+            "memory": memory_out(await service.memory(caller)),
+            "feedback": feedback,
+        }
+    finally:
+        await container.shutdown_resources()  # type: ignore[misc]
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from threadkeeper.app.service import Caller
+    from threadkeeper.domain.threads import TENANT_OR_USER_ID
+
+    for name, value in (("--tenant", args.tenant), ("--user", args.user)):
+        if not TENANT_OR_USER_ID.fullmatch(value):
+            print(f"threadkeeper: {name} must match {TENANT_OR_USER_ID.pattern}", file=sys.stderr)
+            return 2
+    document = msgspec.to_builtins(
+        asyncio.run(_export(_settings(), Caller(args.tenant, args.user)))
+    )
+    text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+        return 0
+    Path(args.output).write_text(text, encoding="utf-8")
+    threads, memory = document["threads"], document["memory"]
+    print(
+        f"threadkeeper: exported {len(threads)} threads, "
+        f"{sum(len(t['messages']) for t in threads)} messages, "
+        f"{len(memory['profile']) + len(memory['facts'])} memory items and "
+        f"{len(document['feedback'])} feedback of user {args.user} to {args.output}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings()
     if settings.profile == "embedded":
@@ -341,7 +517,7 @@ async def _doctor(settings: Settings) -> int:
 
     print(describe(settings))
     container = make_container(settings)
-    _read_beside_a_server(container, settings)
+    _open_beside_a_server(container, settings)
     ok = True
     try:
         # only the selected profile's backend is opened (Selector), when first asked for
@@ -400,6 +576,18 @@ def parser() -> argparse.ArgumentParser:
     retention.add_argument("--dry-run", action="store_true")
     retention.add_argument("--batch", type=int, default=500)
     retention.set_defaults(func=cmd_retention)
+
+    export = commands.add_parser(
+        "export",
+        help="write everything kept about one user as JSON (threads, memory, feedback)",
+        description="Everything threadkeeper keeps about one user in one tenant, as JSON: "
+        "their threads with the messages as GET /v1/threads/{id}/messages serves them, their "
+        "memory with provenance, their feedback. Works beside a running server.",
+    )
+    export.add_argument("--tenant", required=True)
+    export.add_argument("--user", required=True)
+    export.add_argument("--output", help="a file to write (default: standard output)")
+    export.set_defaults(func=cmd_export)
 
     doctor = commands.add_parser("doctor", help="check configuration and backends")
     doctor.set_defaults(func=cmd_doctor)

@@ -16,6 +16,7 @@ from threadkeeper.app.http.auth import BEARER_SCHEME, TokenTable, service_token_
 from threadkeeper.app.http.openapi import ClosedStructSchemaPlugin, openapi_config
 from threadkeeper.app.http.ops import MetricsController, live, prometheus_config, ready
 from threadkeeper.app.http.problems import problem_details_config
+from threadkeeper.app.http.ratelimit import RunRateLimit
 from threadkeeper.app.http.routes import V1_HANDLERS, provide_caller
 from threadkeeper.app.http.settings import HttpSettings
 from threadkeeper.app.service import ThreadService
@@ -40,6 +41,9 @@ class ThreadkeeperHttpPlugin(InitPlugin):
     def _provide_service(self) -> ThreadService:
         return self._service
 
+    def _provide_run_rate_limit(self) -> RunRateLimit | None:
+        return self._settings.run_rate_limit
+
     def _configure_routes(self, app_config: AppConfig) -> None:
         settings = self._settings
         guards = (
@@ -56,6 +60,9 @@ class ThreadkeeperHttpPlugin(InitPlugin):
         )
         app_config.route_handlers.extend([v1, live, ready])
         app_config.dependencies["service"] = Provide(self._provide_service, sync_to_thread=False)
+        app_config.dependencies["run_rate_limit"] = Provide(
+            self._provide_run_rate_limit, sync_to_thread=False
+        )
 
     def _configure_problems(self, app_config: AppConfig) -> None:
         ProblemDetailsPlugin(problem_details_config(debug=self._settings.debug)).on_app_init(

@@ -11,6 +11,7 @@ import msgspec
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.spec import (
     Components,
+    OpenAPIHeader,
     OpenAPIMediaType,
     OpenAPIResponse,
     OpenAPIType,
@@ -40,6 +41,10 @@ PROBLEM_DESCRIPTIONS = {
     409: "A run is in flight on the thread (`running_run_id`), or the message id is taken.",
     413: "The message is over 32 KiB of UTF-8 or alone over the token budget.",
     422: "An invalid header, path or query parameter, or body field (`errors`).",
+    429: (
+        "Over THREADKEEPER_RATE_LIMIT_PER_MINUTE runs of this user in the last minute; "
+        "`Retry-After` says when to try again."
+    ),
     500: "The run failed (the thread is unchanged), or an unexpected error.",
     503: "A storage backend is unavailable, or not ready (`checks`).",
 }
@@ -159,7 +164,8 @@ class ContractOperation(Operation):
 
 @dataclass
 class RunOperation(ContractOperation):
-    """``POST …/runs`` answers 200 as SSE or JSON, chosen by ``Accept``."""
+    """``POST …/runs`` answers 200 as SSE or JSON, chosen by ``Accept``; its 429 carries
+    ``Retry-After``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -169,6 +175,15 @@ class RunOperation(ContractOperation):
             ok.content = {
                 SSE: OpenAPIMediaType(schema=run_event_schema()),
                 **(ok.content or {}),
+            }
+        limited = (self.responses or {}).get("429")
+        if isinstance(limited, OpenAPIResponse):
+            limited.headers = {
+                "Retry-After": OpenAPIHeader(
+                    schema=Schema(type=OpenAPIType.INTEGER, minimum=1),
+                    required=True,
+                    description="Seconds until the user may start another run.",
+                )
             }
 
 

@@ -23,6 +23,7 @@ from litestar.types import BeforeRequestHookHandler
 from threadkeeper.app.http.negotiation import JSON, choose_representation
 from threadkeeper.app.http.openapi import ContractOperation, RunOperation, problems
 from threadkeeper.app.http.problems import http_problem, invalid, invalid_body
+from threadkeeper.app.http.ratelimit import RunRateLimit
 from threadkeeper.app.http.schemas import (
     ID_PATTERN,
     LOCALE_HEADER,
@@ -49,6 +50,7 @@ from threadkeeper.app.service import (
     MAX_MESSAGE_BYTES,
     Caller,
     MemoryEntry,
+    MemoryView,
     RunMessage,
     RunRequest,
     ThreadService,
@@ -124,8 +126,10 @@ BeforeQuery = Annotated[
 
 
 Service = SkipValidation[NamedDependency[ThreadService]]
-CallerDep = NamedDependency[Caller]
 """The service, injected as is (a Protocol cannot be validated)."""
+CallerDep = NamedDependency[Caller]
+RunRateLimitDep = SkipValidation[NamedDependency[RunRateLimit | None]]
+"""``THREADKEEPER_RATE_LIMIT_PER_MINUTE`` (``None``: off)."""
 
 
 async def provide_caller(
@@ -187,19 +191,21 @@ def _own_user(caller: Caller, user_id: str) -> None:
         200: ResponseSpec(
             data_container=RunResultOut, description="The run.", generate_examples=False
         ),
-        **problems(400, 401, 403, 406, 409, 413, 422, 500, 503),
+        **problems(400, 401, 403, 406, 409, 413, 422, 429, 500, 503),
     },
 )
 async def start_run(
     request: Request[Any, Any, Any],
     service: Service,
     caller: CallerDep,
+    run_rate_limit: RunRateLimitDep,
     thread_id: ThreadIdPath,
     data: JSONBody[RunBody],
 ) -> Response[Any]:
     """One run: one user message in, one answer out (SSE unless Accept prefers JSON).
 
     Unknown threads are created. A completed ``run_id`` returns its stored body, no new run.
+    Over ``THREADKEEPER_RATE_LIMIT_PER_MINUTE`` runs of the user in a minute → 429.
     """
     _thread_id(thread_id)
     representation = choose_representation(request.headers.get("accept"))
@@ -217,13 +223,15 @@ async def start_run(
         message=RunMessage(content=content, id=data.message.id),
         run_id=_run_id(data.run_id, "body") if data.run_id is not None else None,
     )
+    if run_rate_limit is not None:
+        await run_rate_limit.check(caller)  # after validation: only valid requests count
     handle = await service.start_run(caller, thread_id, run_request)
     if representation == JSON:
         return Response(await handle.result(), media_type=JSON, status_code=200)
     return (await EventRelay.start(handle.events())).response()
 
 
-def _message_out(message: TranscriptMessage) -> TranscriptMessageOut:
+def message_out(message: TranscriptMessage) -> TranscriptMessageOut:
     return TranscriptMessageOut(
         id=message.id,
         role=message.role,
@@ -250,7 +258,7 @@ async def list_messages(
     if before is not None:
         _exact(before, THREAD_ID_PATTERN, "before", "query")
     page = await service.messages(caller, thread_id, limit=limit, before=before)
-    return MessagesPageOut([_message_out(m) for m in page.messages], page.next_before)
+    return MessagesPageOut([message_out(m) for m in page.messages], page.next_before)
 
 
 @delete(
@@ -293,6 +301,13 @@ def _entry_out(entry: MemoryEntry) -> MemoryEntryOut:
     return MemoryEntryOut(key=entry.key, value=entry.value, source=source)
 
 
+def memory_out(view: MemoryView) -> MemoryOut:
+    """The memory body (also what ``threadkeeper export`` writes)."""
+    return MemoryOut(
+        profile=[_entry_out(e) for e in view.profile], facts=[_entry_out(e) for e in view.facts]
+    )
+
+
 @get(
     "/users/{user_id:str}/memory",
     operation_class=ContractOperation,
@@ -301,10 +316,7 @@ def _entry_out(entry: MemoryEntry) -> MemoryEntryOut:
 async def get_memory(service: Service, caller: CallerDep, user_id: UserIdPath) -> MemoryOut:
     """What is remembered about the user in this tenant, with provenance."""
     _own_user(caller, user_id)
-    view = await service.memory(caller)
-    return MemoryOut(
-        profile=[_entry_out(e) for e in view.profile], facts=[_entry_out(e) for e in view.facts]
-    )
+    return memory_out(await service.memory(caller))
 
 
 @delete(

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litestar.types import LifespanHook
+
+if TYPE_CHECKING:
+    from threadkeeper.app.http.ratelimit import RunRateLimit
 
 ANY_TENANT = "*"
 """In ``HttpSettings.service_tokens``, a tenant list containing this allows every tenant."""
@@ -35,6 +38,8 @@ class HttpSettings:
     openapi_version: str = "0.1.0"
     max_body_bytes: int = 1024 * 1024
     """Whole request bodies over this are refused with 413 before they are parsed."""
+    run_rate_limit: RunRateLimit | None = None
+    """Runs per (tenant, user) per minute (``POST …/runs`` over it → 429); ``None``: off."""
 
     def __post_init__(self) -> None:
         if self.require_token and not self.tokens():

@@ -1,0 +1,91 @@
+"""``threadkeeper serve`` refuses a configuration that cannot start with one clear line and
+exit status 2 — before uvicorn starts, not as a traceback from the application's lifespan."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from threadkeeper.adapters.embedded import DataDirLock
+from threadkeeper.app import cli
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(autouse=True)
+def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    for name in ("THREADKEEPER_CONFIG", "THREADKEEPER_PROFILE", "THREADKEEPER_HOOKS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("THREADKEEPER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("THREADKEEPER_TOKENIZER", "estimate")
+    return tmp_path / "data"
+
+
+def refused(capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line ``serve`` printed (and nothing from uvicorn)."""
+    code = cli.main(["serve", "--port", str(free_port())])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert "Uvicorn" not in err
+    assert "Started server process" not in err
+    assert lines[0].startswith("threadkeeper: cannot start: ")
+    return lines[0]
+
+
+def test_a_destructive_hook_on_a_checkpoint_transcript_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("THREADKEEPER_HOOKS", "truncate_tool_results,compact")
+    line = refused(capsys)
+    assert "THREADKEEPER_HOOKS='truncate_tool_results,compact'" in line  # what is wrong
+    assert "use trim" in line  # what to do
+
+
+def test_an_unknown_hook_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("THREADKEEPER_HOOKS", "trim,no_such_hook")
+    line = refused(capsys)
+    assert "unknown hook(s) no_such_hook" in line
+    assert "installed:" in line
+
+
+def test_a_model_that_cannot_be_built_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # langchain-openai is not installed (and were it installed, there is no API key)
+    monkeypatch.setenv("THREADKEEPER_MODEL", "openai:gpt-4o-mini")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    line = refused(capsys)
+    assert "openai" in line.lower()
+    assert "THREADKEEPER_MODEL" in line or "api_key" in line.lower()
+
+
+def test_a_data_dir_another_process_holds_is_one_line(
+    environment: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    holder = DataDirLock(environment)
+    holder.acquire()  # another server, say one that started between two checks
+    try:
+        line = refused(capsys)
+    finally:
+        holder.release()
+    assert f"{environment} is in use by process" in line
+    assert "THREADKEEPER_DATA_DIR" in line
+
+
+def test_a_bad_tokenizer_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("THREADKEEPER_TOKENIZER", "no-such-tokenizer")
+    assert "THREADKEEPER_TOKENIZER must be one of" in refused(capsys)
