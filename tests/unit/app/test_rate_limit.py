@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ from threadkeeper.app.http.ratelimit import (
     RunRateLimit,
     shared_windows,
 )
-from threadkeeper.app.service import Caller
 
 PROBLEM = "application/problem+json"
 TOKEN = "rate-token"
@@ -202,60 +199,6 @@ def test_only_a_backend_with_redis_shares_the_windows() -> None:
         pass
 
     assert shared_windows(Embedded()) is None
-
-
-# -- shared by every replica: Redis (redis-mysql) --------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    from tests.support.redis_stack import private_redis
-
-    try:
-        server = private_redis()
-        running = server.__enter__()
-    except Exception as exc:  # the pinned binaries are set up by scripts/redis-stack
-        pytest.skip(f"no Redis server to start: {exc}")
-    try:
-        yield running.url
-    finally:
-        server.__exit__(None, None, None)
-
-
-def other_user() -> Caller:
-    return Caller("acme", f"u-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.mark.integration
-async def test_redis_windows_are_one_limit_for_every_replica(redis_url: str) -> None:
-    from redis.asyncio import Redis
-
-    replicas = [Redis.from_url(redis_url), Redis.from_url(redis_url)]
-    try:
-        limits = [RunRateLimit(3, RedisWindows(r)) for r in replicas]
-        assert all(shared_windows(type("B", (), {"redis": r})()) for r in replicas)
-        user = other_user()
-        # six runs at once, three through each replica: three pass, three are refused
-        outcomes = await asyncio.gather(
-            *(limits[i % 2].check(user) for i in range(6)), return_exceptions=True
-        )
-        refused = [o for o in outcomes if o is not None]
-        assert len(refused) == 3
-        for problem in refused:
-            assert getattr(problem, "status_code", None) == 429
-            retry_after = int(problem.headers["Retry-After"])  # type: ignore[union-attr]
-            assert 1 <= retry_after <= 60
-        await limits[0].check(other_user())  # another user is not limited
-        # the window slides: with a 1 s window the next run passes after a second
-        quick, fresh = RunRateLimit(1, RedisWindows(replicas[0]), window=1.0), other_user()
-        await quick.check(fresh)
-        with pytest.raises(Exception, match="runs per minute"):
-            await quick.check(fresh)
-        await asyncio.sleep(1.1)
-        await quick.check(fresh)
-    finally:
-        for r in replicas:
-            await r.aclose()
 
 
 async def test_redis_down_does_not_refuse_runs() -> None:

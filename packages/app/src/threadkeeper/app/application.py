@@ -76,7 +76,7 @@ def _share_rate_limit(rate_limit: RunRateLimit | None, service: RunService) -> N
     shared = shared_windows(service.backend)
     if shared is not None:
         rate_limit.windows = shared
-        where = "shared by every replica (Redis)"
+        where = f"shared by every replica ({type(shared).__name__})"
     else:
         where = "kept in this process (per replica)"
     log.info("rate limit: %d runs per user per minute, %s", rate_limit.per_minute, where)

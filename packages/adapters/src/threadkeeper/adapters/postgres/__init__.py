@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
 from threadkeeper.adapters.postgres.ledger import MessageLedger
+from threadkeeper.adapters.postgres.ratelimit import PostgresRateWindows
 from threadkeeper.adapters.postgres.retention import PostgresRetention
 from threadkeeper.adapters.sql import SqlRunRecords
 from threadkeeper.domain.errors import ThreadBusy
@@ -222,6 +223,8 @@ class PostgresBackend:
     runs: SqlRunRecords
     lock: AdvisoryRunLock
     retention: PostgresRetention
+    rate_windows: PostgresRateWindows
+    """``THREADKEEPER_RATE_LIMIT_PER_MINUTE`` counted where every replica sees it."""
     profile: str = "postgres"
     archive: None = None
     """No separate archive: the transcript is the checkpoint state."""
@@ -273,6 +276,7 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
             runs=runs,
             lock=lock,
             retention=PostgresRetention(saver, store, runs, pool, lock),
+            rate_windows=PostgresRateWindows(pool),
         )
     finally:
         await engine.dispose()

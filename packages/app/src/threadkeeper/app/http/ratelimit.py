@@ -6,10 +6,11 @@ token nor an invalid request uses up a user's runs. Over the limit → 429 probl
 
 Where the hits are kept decides what the limit means:
 
-- ``InMemoryWindows`` (embedded, postgres): in this process. Exact on the embedded profile
-  (one process); **per replica** on a server profile — N replicas allow up to N × the limit.
+- ``InMemoryWindows`` (embedded): in this process, which is the only one.
 - ``RedisWindows`` (redis-mysql): in the profile's Redis, one sorted set per user updated by
   one Lua script, so every replica counts against the same window.
+- ``PostgresRateWindows`` (postgres, ``adapters.postgres.ratelimit``): rows in PostgreSQL
+  under a transaction-level advisory lock per user, shared the same way.
 
 Litestar's ``RateLimitConfig`` is not used: it keys by client address unless subclassed, runs
 before the guards (a request without a valid token would use up the named user's runs), keeps
@@ -26,7 +27,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from threadkeeper.app.http.problems import http_problem
 from threadkeeper.app.service import Caller
@@ -129,7 +130,11 @@ class RedisWindows:
 
 
 def shared_windows(backend: Any) -> RateWindows | None:
-    """Windows every replica shares, where the profile's backend has a server for them."""
+    """Windows every replica shares, where the profile's backend has a server for them: its
+    own (``rate_windows``, postgres) or its Redis (redis-mysql)."""
+    own = getattr(backend, "rate_windows", None)
+    if own is not None:
+        return cast("RateWindows", own)
     redis = getattr(backend, "redis", None)
     if redis is not None and hasattr(redis, "register_script"):
         return RedisWindows(redis)
