@@ -233,9 +233,22 @@ async def test_memory_is_remembered_across_threads_then_reset(client: Client) ->
     assert memory["facts"], "the product asked about is remembered"
     source = memory["facts"][0]["source"]
     assert set(source) == {"thread_id", "message_id", "at"}
+    # an escalation hands the profile over, and its stored body keeps it for retries
+    handoff_thread, run_id = thread(), str(uuid.uuid4())
+    escalated = await run(client, handoff_thread, "I want to talk to a human", run_id=run_id)
+    assert escalated["status"] == "escalate"
+    assert escalated["handoff_context"]["profile"]
     reset = await client.delete(f"/v1/users/{USER}/memory")
-    assert reset.status_code in (200, 204)
+    assert reset.status_code == 200
+    assert reset.json()["memory_items"] >= 2
     assert (await client.get(f"/v1/users/{USER}/memory")).json() == {"profile": [], "facts": []}
+    # the reset reaches the run records: a retry of the run gets its body without the profile
+    retried = await run(client, handoff_thread, "I want to talk to a human", run_id=run_id)
+    assert retried["run_id"] == run_id
+    assert retried["handoff_context"]["profile"] == []
+    assert retried["handoff_context"]["recent_messages"] == escalated["handoff_context"][
+        "recent_messages"
+    ]
 
 
 async def test_personal_data_is_never_remembered(client: Client) -> None:

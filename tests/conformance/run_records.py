@@ -105,3 +105,43 @@ class RunRecordsConformance:
         assert await records.erase_user("acme", user) == (2, 2)
         assert await records.get(elsewhere.thread_key, elsewhere.run_id) == elsewhere
         assert await records.get(neighbour.thread_key, neighbour.run_id) == neighbour
+
+    async def test_forget_memory_removes_what_the_users_records_hold_of_it(
+        self, records: RunRecords
+    ) -> None:
+        user = f"u{uuid.uuid4().hex[:6]}"
+        prompt = (
+            "You are the assistant."
+            "\n\n<memory>\nprofile.household: married </memory> with two kids\n"
+            "facts.product: dental\n</memory>"
+            '\n\n<documents>\n<doc chunk_id="d#1">cover &lt;/memory&gt;</doc>\n</documents>'
+        )
+        handoff = {
+            "conversation_summary": "asked twice",
+            "profile": [{"key": "household", "value": "married"}],
+            "recent_messages": [],
+        }
+        escalated = msgspec.structs.replace(
+            record(tenant="acme", user=user),
+            system_prompt=prompt,
+            response={"status": "escalate", "handoff_context": handoff},
+        )
+        plain = record(tenant="acme", user=user)
+        neighbour = msgspec.structs.replace(
+            record(tenant="acme", user="someone"), system_prompt=prompt
+        )
+        for item in (escalated, plain, neighbour):
+            await records.save(item)
+        assert await records.forget_memory("acme", user) == 1
+        stored = await records.get(escalated.thread_key, escalated.run_id)
+        assert stored is not None
+        assert "married" not in stored.system_prompt
+        assert "dental\n" not in stored.system_prompt
+        assert stored.system_prompt.startswith("You are the assistant.\n\n<memory>\n[forgotten")
+        assert stored.system_prompt.endswith(prompt[prompt.index("\n</memory>\n\n<documents>") :])
+        assert stored.response["handoff_context"]["profile"] == []
+        assert stored.response["handoff_context"]["conversation_summary"] == "asked twice"
+        assert stored.memory_keys == escalated.memory_keys
+        assert await records.get(plain.thread_key, plain.run_id) == plain
+        assert await records.get(neighbour.thread_key, neighbour.run_id) == neighbour
+        assert await records.forget_memory("acme", user) == 0

@@ -32,7 +32,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from threadkeeper.domain.runs import Feedback, RunRecord, RunRecords, UnknownRun
+from threadkeeper.domain.runs import Feedback, RunRecord, RunRecords, UnknownRun, without_memory
 
 metadata = MetaData()
 
@@ -203,6 +203,29 @@ class SqlRunRecords(RunRecords):
                 )
             )
         return runs.rowcount or 0, notes.rowcount or 0
+
+    async def forget_memory(self, tenant_id: str, user_id: str) -> int:
+        changed = 0
+        async with self.engine.begin() as conn:
+            rows = (
+                await conn.execute(
+                    select(run_records.c.thread_key, run_records.c.run_id, run_records.c.record)
+                    .where(run_records.c.tenant_id == tenant_id, run_records.c.user_id == user_id)
+                    .with_for_update()
+                )
+            ).all()
+            for thread_key, run_id, raw in rows:
+                record = _decoder.decode(raw)
+                redacted = without_memory(record)
+                if redacted is record:
+                    continue
+                await conn.execute(
+                    update(run_records)
+                    .where(run_records.c.thread_key == thread_key, run_records.c.run_id == run_id)
+                    .values(record=_encoder.encode(redacted))
+                )
+                changed += 1
+        return changed
 
     async def thread_activity(
         self, before: datetime, *, limit: int

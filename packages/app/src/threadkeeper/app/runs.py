@@ -568,9 +568,13 @@ class RunService:
         return MemoryView(profile=entries(MemoryKind.PROFILE), facts=entries(MemoryKind.FACTS))
 
     async def reset_memory(self, caller: Caller) -> int:
-        return await delete_store_prefix(
+        """Delete the user's memory, and what their run records hold of it (the memory block
+        of the stored prompts, the profile of stored escalations)."""
+        deleted = await delete_store_prefix(
             self.backend.store, user_namespace(caller.tenant_id, caller.user_id)
         )
+        await self.backend.runs.forget_memory(caller.tenant_id, caller.user_id)
+        return deleted
 
     async def erase_user(self, caller: Caller) -> ErasureReceipt:
         return await self.retention.erase_user(caller.tenant_id, caller.user_id)

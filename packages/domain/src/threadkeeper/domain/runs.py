@@ -23,6 +23,36 @@ class UnknownRun(DomainError):
     """No such run in this thread (HTTP 404)."""
 
 
+MEMORY_OPEN = "\n\n<memory>\n"
+MEMORY_CLOSE = "\n</memory>"
+DOCUMENTS_OPEN = "\n\n<documents>\n"
+FORGOTTEN = "[forgotten: the user reset their memory]"
+
+
+def without_memory(record: RunRecord) -> RunRecord:
+    """``record`` with what it held of the user's memory removed: the values in the system
+    prompt's ``<memory>`` block and the profile in an escalation's ``handoff_context``.
+
+    The keys and versions stay in ``memory_keys`` (what the run read, not what it said).
+    The ``<documents>`` block follows the memory block and its text is escaped, so the last
+    ``</memory>`` before it closes the block even if a remembered value contains one.
+    """
+    prompt = record.system_prompt
+    start = prompt.find(MEMORY_OPEN)
+    if start >= 0:
+        documents = prompt.rfind(DOCUMENTS_OPEN)
+        end = prompt.rfind(MEMORY_CLOSE, start, documents if documents > start else len(prompt))
+        if end > start:
+            prompt = prompt[: start + len(MEMORY_OPEN)] + FORGOTTEN + prompt[end:]
+    response = record.response
+    handoff = response.get("handoff_context")
+    if isinstance(handoff, dict) and handoff.get("profile"):
+        response = {**response, "handoff_context": {**handoff, "profile": []}}
+    if prompt == record.system_prompt and response is record.response:
+        return record
+    return msgspec.structs.replace(record, system_prompt=prompt, response=response)
+
+
 class ModelCall(msgspec.Struct, frozen=True):
     """One model call of a run: the window it was shown."""
 
@@ -95,6 +125,11 @@ class RunRecords(ABC):
     async def erase_user(self, tenant_id: str, user_id: str) -> tuple[int, int]:
         """Delete the user's run records and feedback in the tenant: (runs, feedback)."""
 
+    @abstractmethod
+    async def forget_memory(self, tenant_id: str, user_id: str) -> int:
+        """Remove what the user's run records hold of their memory (``without_memory``), when
+        the user resets it; how many records changed."""
+
 
 class InMemoryRunRecords(RunRecords):
     """Dicts: the unit-test fake and the reference for the conformance suite."""
@@ -147,3 +182,15 @@ class InMemoryRunRecords(RunRecords):
             r, f = await self.delete_thread(key)
             runs, feedback = runs + r, feedback + f
         return runs, feedback
+
+    async def forget_memory(self, tenant_id: str, user_id: str) -> int:
+        changed = 0
+        with self._mutex:
+            for key, record in list(self._runs.items()):
+                if (record.tenant_id, record.user_id) != (tenant_id, user_id):
+                    continue
+                redacted = without_memory(record)
+                if redacted is not record:
+                    self._runs[key] = redacted
+                    changed += 1
+        return changed
