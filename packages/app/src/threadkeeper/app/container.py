@@ -24,7 +24,7 @@ from threadkeeper.app.runs import RunService
 from threadkeeper.domain.memory import MemoryRules
 from threadkeeper.domain.threads import ThreadScope
 from threadkeeper.domain.tokens import TokenCounter
-from threadkeeper.hooks import HookSettings, build_pipeline
+from threadkeeper.hooks import HookSettings, ModelSummarizer, build_pipeline
 
 
 async def embedded_backend(data_dir: str) -> AsyncIterator[Any]:
@@ -71,6 +71,12 @@ def build_model(name: str, token_delay_ms: float) -> BaseChatModel:
         raise ConfigError(f"THREADKEEPER_MODEL={name!r}: {exc}") from exc
 
 
+def summarizer_for(model_name: str, model: BaseChatModel, counter: TokenCounter) -> Any:
+    """The rolling summary's writer: the configured model when it is a real one, else
+    ``None`` (the hooks' offline extractive summarizer)."""
+    return None if model_name == "builtin" else ModelSummarizer(model, counter)
+
+
 def build_service(
     *,
     settings: Settings,
@@ -86,6 +92,7 @@ def build_service(
         tool_result_max_chars=settings.tool_result_max_chars,
         system_prompt=SYSTEM_PROMPT,
         observer=observe_window,
+        summarizer=summarizer_for(settings.model, model, counter),
     )
     hooks: Sequence[Any] = build_pipeline(
         settings.hook_names(),

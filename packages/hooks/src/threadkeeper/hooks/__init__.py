@@ -5,6 +5,7 @@ Usable in anyone's ``create_agent(middleware=[...])``; ``build_pipeline`` assemb
 """
 
 from threadkeeper.hooks.compact import CompactMiddleware
+from threadkeeper.hooks.model_summarizer import ModelSummarizer
 from threadkeeper.hooks.pipeline import (
     DEFAULT_HOOKS,
     DESTRUCTIVE_DEFAULT_HOOKS,
@@ -23,6 +24,7 @@ __all__ = [
     "CompactMiddleware",
     "HookConfigError",
     "HookSettings",
+    "ModelSummarizer",
     "SummarizeMiddleware",
     "ThreadState",
     "TrimMiddleware",
