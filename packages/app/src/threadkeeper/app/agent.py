@@ -25,7 +25,13 @@ from typing import Annotated, Any, Literal, NotRequired, cast
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.tools import BaseTool
 from langgraph.channels import UntrackedValue
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -36,6 +42,7 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
 from threadkeeper.adapters.knowledge import KnowledgeBase
+from threadkeeper.app.builtin_model import escalation_due
 from threadkeeper.domain.history import Window
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
 from threadkeeper.domain.tokens import message_text
@@ -138,12 +145,22 @@ class Stamp:
     citations: list[dict[str, str]]
 
 
-def stamp_for(message: AIMessage, chunks: Sequence[dict[str, Any]]) -> Stamp:
+def stamp_for(
+    message: AIMessage,
+    chunks: Sequence[dict[str, Any]],
+    conversation: Sequence[BaseMessage] = (),
+) -> Stamp:
     """Status and citations of a final answer.
 
-    The builtin model states both (``additional_kwargs["threadkeeper"]``); for any other model
-    the citations are the ``[chunk_id]`` markers of retrieved chunks in the text, and the
-    status is ``clarifying`` when nothing was retrieved and the answer is a question.
+    The escalation rule holds for every model (builtin or not): the run ends in ``escalate``
+    when the newest human message of ``conversation`` (the thread's messages) asks for a
+    person, or the final replies before it were clarifying
+    :data:`~threadkeeper.app.builtin_model.CLARIFICATIONS_BEFORE_ESCALATION` times in a row
+    (:func:`~threadkeeper.app.builtin_model.escalation_due`, the rule the builtin model
+    applies to itself). Otherwise the builtin model states the status and citations
+    (``additional_kwargs["threadkeeper"]``); for any other model the citations are the
+    ``[chunk_id]`` markers of retrieved chunks in the text, and the status is ``clarifying``
+    when nothing was retrieved and the answer is a question.
     """
     by_id = {c["chunk_id"]: c for c in chunks}
     told = message.additional_kwargs.get("threadkeeper") or {}
@@ -155,6 +172,8 @@ def stamp_for(message: AIMessage, chunks: Sequence[dict[str, Any]]) -> Stamp:
         cited = list(dict.fromkeys(_CITATION.findall(text)))
         asks = text.rstrip().endswith(("?", "؟", "？"))
         status = "clarifying" if not chunks and asks else "answered"
+    if escalation_due(conversation):
+        status = "escalate"
     citations = [
         {"chunk_id": c, "doc_id": by_id[c]["doc_id"], "title": by_id[c]["title"]}
         for c in cited
@@ -224,7 +243,7 @@ class ThreadContextMiddleware(AgentMiddleware[AgentState]):
         last = state["messages"][-1]
         if not isinstance(last, AIMessage) or last.tool_calls:
             return None
-        stamp = stamp_for(last, state.get("retrieved") or [])
+        stamp = stamp_for(last, state.get("retrieved") or [], state["messages"])
         metadata = {
             **last.response_metadata,
             "threadkeeper": {

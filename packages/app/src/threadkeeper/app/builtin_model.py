@@ -15,8 +15,10 @@ would see — the messages it is given:
 Decision, in order: a tool result is answered extractively from it; a request for a person,
 or two clarifying replies in a row before it, escalates; a request for details calls
 ``fetch_faq_document`` for the best-matching document (only when that tool is bound); a
-question that overlaps the retrieved chunks is answered with 1–3 of their sentences, citing
-the chunks; otherwise a clarifying question is asked.
+question that overlaps the retrieved chunks is answered with 1–3 sentences of the document it
+is most about (section headings are never the answer while a sentence fits), citing the
+chunks; otherwise a clarifying question is asked. The escalation rule (:func:`escalation_due`)
+is also what the agent applies to the answer of any other chat model.
 
 Every final reply carries ``additional_kwargs["threadkeeper"] = {"status", "citations"}``;
 tool-call replies carry no status. ``usage_metadata`` is set on every reply (see
@@ -59,6 +61,7 @@ from pydantic import Field
 
 __all__ = [
     "ANSWER_MAX_CHARS",
+    "CLARIFICATIONS_BEFORE_ESCALATION",
     "CLARIFYING_QUESTIONS",
     "FETCH_FAQ_DOCUMENT",
     "HANDOFF_MESSAGES",
@@ -67,8 +70,11 @@ __all__ = [
     "DocumentChunk",
     "Language",
     "ReplyStatus",
+    "asks_for_person",
     "detect_language",
+    "escalation_due",
     "estimate_input_tokens",
+    "is_clarifying",
     "parse_documents",
     "reply_metadata",
     "stream_tokens",
@@ -85,6 +91,9 @@ METADATA_KEY: Final = "threadkeeper"
 
 ANSWER_MAX_CHARS: Final = 600
 """Upper bound of an extractive answer (one over-long sentence is cut with an ellipsis)."""
+
+CLARIFICATIONS_BEFORE_ESCALATION: Final = 2
+"""This many clarifying replies in a row, and the next run escalates (for every model)."""
 
 _CHUNK_ANSWER_MAX_SENTENCES: Final = 3
 _TOOL_ANSWER_MAX_SENTENCES: Final = 4
@@ -210,6 +219,7 @@ _FA_STOPWORDS: Final = frozenset(
     _normalize(word)
     for word in """و در به از که این آن را با است برای من ما شما او چه چی چیه آیا یک یه هم
     تا می نمی شود میشود شد بود هست هستند است؟ دارد دارم داره ام ای ها های کنم کند کنید کرد
+    دهد دهند میدهد میدهند کنند شوند دارند
     چطور چگونه چیست کدام چقدر اگر یا نیز باید بر پس اما ولی خود همه هر لطفا لطفاً سلام
     مرسی ممنون بگویید بگید بدانم بدونم درباره مورد جزئیات کامل بیشتر توضیح اطلاعات""".split()
 )
@@ -259,18 +269,46 @@ def _terms(text: str) -> frozenset[str]:
     return frozenset(terms)
 
 
-_SENTENCE_BREAK: Final = re.compile(r"(?<=[.!?؟])\s+|(?<=[。！？；])|\s*\n+\s*")
+_SENTENCE_BREAK: Final = re.compile(r"(?<=[.!?؟])\s+|(?<=[。！？；])")
 _BULLET: Final = re.compile(r"^[\s#*•>\-–—]+")
+_HEADING_MARK: Final = re.compile(r"^\s*#{1,6}\s")
+_SENTENCE_END: Final = (".", "!", "。", "！", "；", "…")
 
 
-def _sentences(text: str) -> list[str]:
-    """Sentences (and lines) of ``text``, bullets and headings markers stripped."""
-    out: list[str] = []
-    for piece in _SENTENCE_BREAK.split(text):
-        sentence = _BULLET.sub("", piece).strip()
-        if sentence:
-            out.append(sentence)
+@dataclass(frozen=True, slots=True)
+class _Sentence:
+    text: str
+    heading: bool
+
+
+def _sentences(text: str) -> list[_Sentence]:
+    """Sentences (and lines) of ``text``, bullets and heading markers stripped.
+
+    A sentence is a heading when its line is marked as one (``# title``, ``## heading``),
+    when it is the first line of a text with more lines after it and does not end like a
+    sentence (how chunks are written: ``heading\n\ntext``), or when it looks like a title
+    (:func:`_is_heading`)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    out: list[_Sentence] = []
+    for index, line in enumerate(lines):
+        pieces = [_BULLET.sub("", piece).strip() for piece in _SENTENCE_BREAK.split(line.strip())]
+        pieces = [piece for piece in pieces if piece]
+        marked = bool(_HEADING_MARK.match(line))
+        first = (
+            index == 0
+            and len(lines) > 1
+            and len(pieces) == 1
+            and not pieces[0].endswith(_SENTENCE_END)
+        )
+        out.extend(_Sentence(p, marked or first or _is_heading(p)) for p in pieces)
     return out
+
+
+def _is_heading(line: str) -> bool:
+    """A short line without closing punctuation, e.g. a document title."""
+    if line.endswith((".", "!", "?", "؟", "。", "！", "？", "；", ":", "：", "…")):
+        return False
+    return len(line.split()) <= 6 and sum(1 for ch in line if _is_cjk(ch)) <= 12
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,55 +322,79 @@ def _persian_phrase(phrase: str, suffixes: str = "") -> str:
     return rf"(?<!\w){words}{tail}(?!\w)"
 
 
+_PERSON_EN: Final = (
+    r"(?:(?:real|live|actual|human)\s+)?"
+    r"(?:human(?:\s+being)?|person|people|someone|somebody|agent|representative|rep|operator"
+    r"|staff(?:\s+member)?|(?:customer\s+)?(?:service|support)\s+(?:agent|rep|representative|staff)"
+    r"|supervisor|manager)s?"
+)
+"""Who a person-request names (English), after an optional determiner."""
+_WANTED_EN: Final = (
+    r"(?:(?:real|live|actual)\s+(?:person|human|agent|operator)|human(?:\s+(?:agent|being|operator))?"
+    r"|agent|representative|operator|(?:customer\s+)?(?:service|support)\s+(?:agent|rep"
+    r"|representative))s?"
+)
+"""Who an "I want/need …" request names: never a bare "person" or "someone" ("I need someone
+to sign", "a policy for a person with diabetes")."""
+_DETERMINER_EN: Final = r"(?:(?:a|an|the|some|your|one\s+of\s+your|any)\s+)?"
 _ESCALATION_EN: Final = re.compile(
-    r"\b(?:talk|speak|chat|connect\s+me)\s+(?:to|with)\s+(?:a\s+|an\s+|some\s+|your\s+)?"
-    r"(?:human|person|someone|somebody|people|real\s+person|live\s+person|staff)\b"
-    r"|\b(?:human|live|real)\s+(?:agent|person|being|support|operator)s?\b"
-    r"|\b(?:agent|operator|representative)s?\b"
+    # talk / speak / chat to a human, an agent, someone, …
+    rf"\b(?:talk|speak|chat)\s+(?:directly\s+)?(?:to|with)\s+{_DETERMINER_EN}{_PERSON_EN}\b"
+    # connect / transfer / put / get me (through) to a person
+    rf"|\b(?:connect|transfer|put|pass|get|switch|forward|redirect|escalate)\s+(?:me|us|this)\s+"
+    rf"(?:(?:through|over|on)\s+)?(?:to\s+|with\s+)?{_DETERMINER_EN}{_PERSON_EN}\b"
+    # I want / need / would like a human (not in a question such as "do I need an agent …")
+    rf"|(?<!\bdo\s)(?<!\bdoes\s)(?<!\bif\s)\b(?:i|we)(?:'d|\s+would)?\s+(?:really\s+)?"
+    rf"(?:want|need|like|prefer|demand|request|ask\s+for)\s+{_DETERMINER_EN}{_WANTED_EN}\b"
+    # is there a human I can talk to
+    rf"|\b(?:is|are)\s+there\s+{_DETERMINER_EN}{_PERSON_EN}\s+(?:i|we)\s+(?:can|could)\s+"
+    r"(?:talk|speak|chat)\b"
+    # the whole message is the request: "OPERATOR!", "human please", "real person please"
+    rf"|^\W*(?:(?:hi|hello|hey|ok|okay|please|pls|plz|just)\W+)*{_DETERMINER_EN}{_WANTED_EN}"
+    r"(?:\W+(?:please|pls|plz|now|asap|thanks|thank\s+you))*\W*$"
+)
+_FA_PERSON: Final = (
+    r"(?:(?:یک|یه)\s+)?"
+    r"(?:اپراتور|کارشناس|پشتیبان|پشتیبانی|انسان|ادم|شخص|فرد|نفر|همکار|مسیول|مسئول|نماینده|مشاور)"
+    r"(?:ها|های|ان|تان|تون|ی)?"
+    r"(?:\s+(?:واقعی|انسانی|بیمه|پشتیبانی|فروش|خسارت))?"
+)
+"""Who a Persian person-request names (normalised: آ → ا)."""
+_FA_TALK: Final = (
+    r"(?:صحبت|حرف|گفتگو|گفت\s*و\s*گو|چت|تماس)\s*"
+    r"(?:کنم|کنیم|بکنم|بکنیم|بزنم|بزنیم|بگیرم|بگیریم|کردن|کنه|بشه|داشته\s+باشم)(?!\w)"
+)
+_FA_CONNECT: Final = (
+    r"(?:وصل|متصل|منتقل|ارجاع|ارتباط)\s*"
+    r"(?:کنید|کن|کنین|بدید|بدهید|بدین|شم|بشم|شوم|بشوم|بفرمایید|می\s*کنید|میکنید)(?!\w)"
 )
 _ESCALATION_FA: Final = re.compile(
-    "|".join(
-        [
-            _persian_phrase("اپراتور", "ها|های|تان|تون"),
-            _persian_phrase("کارشناس", "ها|های|ان|تان|تون"),
-            _persian_phrase("با یک انسان"),
-            _persian_phrase("با یه انسان"),
-            _persian_phrase("با یک آدم"),
-            _persian_phrase("با یه آدم"),
-            _persian_phrase("انسان واقعی"),
-            _persian_phrase("آدم واقعی"),
-            _persian_phrase("شخص واقعی"),
-            _persian_phrase("پشتیبان انسانی"),
-            _persian_phrase("پشتیبانی انسانی"),
-            _persian_phrase("نیروی انسانی"),
-            _persian_phrase("با یک نفر صحبت"),
-            _persian_phrase("با پشتیبانی تماس"),
-        ]
-    )
+    # با (یک) اپراتور/کارشناس/انسان صحبت کنم — up to two words between ("با کارشناس بیمه …")
+    rf"(?<!\w)با\s+{_FA_PERSON}(?:\s+\w+){{0,2}}?\s+{_FA_TALK}"
+    # وصل کنید به کارشناس / منو به اپراتور وصل کنید
+    rf"|(?<!\w){_FA_CONNECT}\s+(?:به|با)\s+{_FA_PERSON}(?!\w)"
+    rf"|(?<!\w)(?:به|با)\s+{_FA_PERSON}\s+{_FA_CONNECT}"
+    # پشتیبان انسانی می‌خواهم / اپراتور می‌خوام / یک کارشناس لازم دارم
+    rf"|(?<!\w){_FA_PERSON}\s+(?:می\s*خواهم|می\s*خوام|میخوام|میخواهم|لازم\s+دارم)(?!\w)"
+    # the whole message: «اپراتور!»، «لطفا کارشناس»
+    r"|^\W*(?:لطفا\s+)?(?:اپراتور|کارشناس|پشتیبان\s+انسانی|انسان\s+واقعی|ادم\s+واقعی)"
+    r"(?:\s+لطفا)?\W*$"
 )
-_ESCALATION_ZH: Final = tuple(
-    _normalize(p)
-    for p in (
-        "转人工",
-        "轉人工",
-        "找人工",
-        "接人工",
-        "人工客服",
-        "人工服务",
-        "人工服務",
-        "人工坐席",
-        "人工座席",
-        "人工台",
-        "真人",
-        "客服人员",
-        "客服人員",
-        "联系客服",
-        "聯繫客服",
-        "在线客服",
-        "跟人说话",
-        "和人说话",
-        "找个人",
-    )
+_ZH_HUMAN_SERVICE: Final = (
+    r"(?:人工(?:客服|服务|服務|坐席|座席|台|(?=$|[^\w]|[吗嗎吧呢啊呀]))"
+    r"|真人(?:客服|服务|服務)?(?=$|[^\w]|[吗嗎吧呢啊呀聊说說])|客服(?:人员|人員)|真人客服)"
+)
+_ESCALATION_ZH: Final = re.compile(
+    # unambiguous on their own
+    r"[转轉]人工|人工客服|人工服[务務]|人工[坐座]席|真人客服"
+    # 找/接/要/叫/换 + 人工 / 真人 / 客服人员 ("需要人工授精", "了解真人寿险" do not count)
+    rf"|(?:接|找|要|叫|换|換|请|請)(?:个|個|一个|一個|位|一位)?{_ZH_HUMAN_SERVICE}"
+    # 和/跟 (真)人 说话
+    r"|(?:和|跟|与|與|同)(?:真人|人工|客服|人|一个人|一個人|真正的人|活人)"
+    r"(?:说话|說話|聊|谈|談|沟通|溝通|对话|對話|交流)"
+    r"|找(?:个|個)(?:真)?人(?:聊|说话|說話|谈|談|问问|問問)"
+    # 我要/请 联系客服
+    r"|(?:我要|我想|帮我|幫我|请|請|给我|給我)(?:联系|聯繫|联络|聯絡|接通|转接|轉接)(?:人工)?客服"
 )
 
 _DETAILS_EN: Final = re.compile(
@@ -360,12 +422,16 @@ _DETAILS_ZH: Final = tuple(
 )
 
 
-def _asks_for_person(text: str) -> bool:
+def asks_for_person(text: str) -> bool:
+    """Whether ``text`` asks to be handed to a person, in English, Persian or Chinese.
+
+    Only a request counts ("talk to a human", "connect me to an agent", "human please",
+    «با اپراتور صحبت کنم», «转人工», «我要找真人»), not a mention: "my insurance agent",
+    "a tour operator", "is a real person allowed…", «کارشناس بازدید می‌کند», «真人寿险».
+    """
     norm = _normalize(text)
     return bool(
-        _ESCALATION_EN.search(norm)
-        or _ESCALATION_FA.search(norm)
-        or any(p in norm for p in _ESCALATION_ZH)
+        _ESCALATION_EN.search(norm) or _ESCALATION_FA.search(norm) or _ESCALATION_ZH.search(norm)
     )
 
 
@@ -429,13 +495,45 @@ def reply_metadata(message: BaseMessage) -> dict[str, Any] | None:
     return cast("dict[str, Any]", value) if isinstance(value, dict) else None
 
 
-def _is_clarifying(message: AIMessage) -> bool:
-    """A clarifying reply: recognised by its text (what a real model would see) or by the
-    status this model attached to it."""
-    meta = reply_metadata(message)
-    if meta is not None and meta.get("status") == "clarifying":
-        return True
+def is_clarifying(message: AIMessage) -> bool:
+    """A clarifying reply: recognised by its text (what a real model would see), by the status
+    this model attached to it, or by the status the agent stamped on it
+    (``response_metadata["threadkeeper"]``, for any model)."""
+    for meta in (reply_metadata(message), message.response_metadata.get(METADATA_KEY)):
+        if isinstance(meta, dict) and meta.get("status") == "clarifying":
+            return True
     return _text(message).strip() in CLARIFYING_QUESTIONS.values()
+
+
+def _previous_replies(messages: Sequence[BaseMessage], human_at: int) -> list[AIMessage]:
+    """The final replies (AI messages with text, no tool calls) before ``messages[human_at]``."""
+    return [
+        m
+        for m in messages[: max(human_at, 0)]
+        if isinstance(m, AIMessage) and not m.tool_calls and _text(m).strip()
+    ]
+
+
+def _newest_human_at(messages: Sequence[BaseMessage]) -> int:
+    return max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
+
+
+def _escalation_due(question: str, previous_replies: Sequence[AIMessage]) -> bool:
+    recent = previous_replies[-CLARIFICATIONS_BEFORE_ESCALATION:]
+    repeated = len(recent) == CLARIFICATIONS_BEFORE_ESCALATION and all(
+        is_clarifying(m) for m in recent
+    )
+    return repeated or asks_for_person(question)
+
+
+def escalation_due(messages: Sequence[BaseMessage]) -> bool:
+    """The escalation rule, for any model: the newest human message asks for a person
+    (:func:`asks_for_person`), or the :data:`CLARIFICATIONS_BEFORE_ESCALATION` final replies
+    before it were all clarifying (:func:`is_clarifying`). Messages after the newest human
+    message (tool calls, tool results, the answer itself) do not matter."""
+    human_at = _newest_human_at(messages)
+    question = _text(messages[human_at]) if human_at >= 0 else ""
+    return _escalation_due(question, _previous_replies(messages, human_at))
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,7 +554,7 @@ class _Conversation:
 
 def _read(messages: Sequence[BaseMessage]) -> _Conversation:
     system = "\n".join(_text(m) for m in messages if isinstance(m, SystemMessage))
-    human_at = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
+    human_at = _newest_human_at(messages)
     question = _text(messages[human_at]) if human_at >= 0 else ""
 
     ends_with_tool_result = bool(messages) and isinstance(messages[-1], ToolMessage)
@@ -478,11 +576,7 @@ def _read(messages: Sequence[BaseMessage]) -> _Conversation:
                 continue
             tool_results.append(_ToolResult(requested.get(message.tool_call_id), _text(message)))
 
-    previous_replies = [
-        m
-        for m in messages[: max(human_at, 0)]
-        if isinstance(m, AIMessage) and not m.tool_calls and _text(m).strip()
-    ]
+    previous_replies = _previous_replies(messages, human_at)
     return _Conversation(
         question=question,
         language=detect_language(question),
@@ -514,6 +608,7 @@ class _Candidate:
     source: int  # chunk or tool-result index
     position: int  # sentence index within the source
     heading: bool  # a title-like line: the answer only when nothing else fits
+    doc: str  # the document the source belongs to
 
 
 def _join(sentences: Sequence[str]) -> str:
@@ -535,11 +630,23 @@ def _clip(sentence: str) -> str:
     return cut.rstrip() + "…"
 
 
-def _pick(candidates: list[_Candidate], limit: int, *, relevant_only: bool) -> list[_Candidate]:
+def _pick(
+    candidates: list[_Candidate],
+    limit: int,
+    *,
+    relevant_only: bool,
+    doc_scores: Mapping[str, int] | None = None,
+) -> list[_Candidate]:
     """Best candidates (user's script first, body text before title-like lines, then score,
     then order), at most ``limit`` sentences and :data:`ANSWER_MAX_CHARS` characters, in
-    reading order. Besides the best sentence, only body sentences scoring at least half as
-    much (from the same source) or as much (from another source) are added."""
+    reading order.
+
+    With ``doc_scores`` (how well each document matches the question), the answer is about
+    one document: the best sentence is the best of the best document (:func:`_best_doc`).
+    Besides the best sentence, only body sentences scoring at least half as much (same
+    source) or as much (another source of the same document) are added; a sentence of
+    another document only when it scores above the best document itself (its
+    ``doc_scores``)."""
     ranked = sorted(
         candidates,
         key=lambda c: (not c.in_user_script, c.heading, -c.score, c.source, c.position),
@@ -547,16 +654,25 @@ def _pick(candidates: list[_Candidate], limit: int, *, relevant_only: bool) -> l
     if not ranked:
         return []
     best = ranked[0]
+    if doc_scores is not None:
+        focus = _best_doc(ranked, doc_scores)
+        best = next(c for c in ranked if c.doc == focus)
     floor = max(1, math.ceil(best.score / 2)) if relevant_only else 0
     chosen = [best]
     used = len(_clip(best.sentence))
     seen = {_normalize(best.sentence)}
-    for cand in ranked[1:]:
+    for cand in ranked:
         if len(chosen) >= limit:
             break
         key = _normalize(cand.sentence)
-        # other sources only when as strong as the best: keeps the answer on one topic
-        needed = floor if cand.source == best.source else max(floor, best.score)
+        # other sources only when as strong as the best, other documents only when stronger
+        # than the best document: keeps the answer on one document
+        if cand.source == best.source:
+            needed = floor
+        elif cand.doc == best.doc or doc_scores is None:
+            needed = max(floor, best.score)
+        else:  # a sentence that holds more question terms than the whole best document
+            needed = max(floor, best.score, doc_scores.get(best.doc, 0)) + 1
         if (
             cand.score < needed
             or cand.heading
@@ -572,41 +688,65 @@ def _pick(candidates: list[_Candidate], limit: int, *, relevant_only: bool) -> l
     return sorted(chosen, key=lambda c: (c.source, c.position))
 
 
+def _best_doc(ranked: Sequence[_Candidate], doc_scores: Mapping[str, int]) -> str:
+    """The document an answer is taken from: one with a sentence in the user's script, then
+    one whose best sentence is body text, then the best ``doc_scores`` (question terms its
+    title and retrieved text hold), then the best sentence score, then retrieval order."""
+    tops: dict[str, _Candidate] = {}
+    for cand in ranked:  # ranked best first: the first of each document is its best
+        tops.setdefault(cand.doc, cand)
+    return max(
+        tops.values(),
+        key=lambda c: (
+            c.in_user_script,
+            not c.heading,
+            doc_scores.get(c.doc, 0),
+            c.score,
+            -c.source,
+        ),
+    ).doc
+
+
+def _doc_scores(question: frozenset[str], docs: Sequence[tuple[str, str, str]]) -> dict[str, int]:
+    """Per document: how many question terms its title holds plus how many all its text
+    holds (``docs``: ``(doc_id, title, text)`` per chunk), so the document about the question
+    beats one that merely mentions its words."""
+    titles: dict[str, set[str]] = {}
+    texts: dict[str, set[str]] = {}
+    for doc_id, title, text in docs:
+        titles.setdefault(doc_id, set()).update(question & _terms(title))
+        texts.setdefault(doc_id, set()).update(question & _terms(f"{title}\n{text}"))
+    return {doc_id: len(titles[doc_id]) + len(texts[doc_id]) for doc_id in titles}
+
+
 def _candidates(
-    sources: Sequence[str], question: frozenset[str], language: Language
+    sources: Sequence[str], question: frozenset[str], language: Language, docs: Sequence[str]
 ) -> list[_Candidate]:
-    """Every sentence of ``sources`` scored against the question terms."""
+    """Every sentence of ``sources`` (of documents ``docs``) scored against the question."""
     out: list[_Candidate] = []
     for source, text in enumerate(sources):
         for position, sentence in enumerate(_sentences(text)):
             out.append(
                 _Candidate(
-                    sentence=sentence,
-                    score=len(question & _terms(sentence)),
-                    in_user_script=detect_language(sentence) == language,
+                    sentence=sentence.text,
+                    score=len(question & _terms(sentence.text)),
+                    in_user_script=detect_language(sentence.text) == language,
                     source=source,
                     position=position,
-                    heading=_is_heading(sentence),
+                    heading=sentence.heading,
+                    doc=docs[source],
                 )
             )
     return out
 
 
-def _is_heading(line: str) -> bool:
-    """A short line without closing punctuation, e.g. a document title."""
-    if line.endswith((".", "!", "?", "؟", "。", "！", "？", "；", ":", "：", "…")):
-        return False
-    return len(line.split()) <= 6 and sum(1 for ch in line if _is_cjk(ch)) <= 12
-
-
 def _answer_from_chunks(conv: _Conversation) -> _Reply | None:
     question = _terms(conv.question)
-    relevant = [
-        c
-        for c in _candidates([c.text for c in conv.chunks], question, conv.language)
-        if c.score > 0
-    ]
-    chosen = _pick(relevant, _CHUNK_ANSWER_MAX_SENTENCES, relevant_only=True)
+    sources = [c.text for c in conv.chunks]
+    docs = [c.doc_id for c in conv.chunks]
+    relevant = [c for c in _candidates(sources, question, conv.language, docs) if c.score > 0]
+    doc_scores = _doc_scores(question, [(c.doc_id, c.title, c.text) for c in conv.chunks])
+    chosen = _pick(relevant, _CHUNK_ANSWER_MAX_SENTENCES, relevant_only=True, doc_scores=doc_scores)
     if not chosen:
         return None
     citations = tuple(dict.fromkeys(conv.chunks[c.source].chunk_id for c in chosen))
@@ -616,10 +756,16 @@ def _answer_from_chunks(conv: _Conversation) -> _Reply | None:
 
 def _answer_from_tool(conv: _Conversation) -> _Reply | None:
     question = _terms(conv.question)
-    candidates = _candidates([r.text for r in conv.tool_results], question, conv.language)
+    docs = [r.doc_id or f"tool-result-{i}" for i, r in enumerate(conv.tool_results)]
+    candidates = _candidates([r.text for r in conv.tool_results], question, conv.language, docs)
     relevant = [c for c in candidates if c.score > 0]
     if relevant:
-        chosen = _pick(relevant, _TOOL_ANSWER_MAX_SENTENCES, relevant_only=True)
+        doc_scores = _doc_scores(
+            question, [(doc, "", r.text) for doc, r in zip(docs, conv.tool_results, strict=True)]
+        )
+        chosen = _pick(
+            relevant, _TOOL_ANSWER_MAX_SENTENCES, relevant_only=True, doc_scores=doc_scores
+        )
     else:  # a bare "details, please": the document's opening sentences
         preferred = [c for c in candidates if c.in_user_script] or candidates
         chosen = _pick(
@@ -669,12 +815,11 @@ def _tool_call_id(messages: Sequence[BaseMessage], doc_id: str) -> str:
 
 
 def _top_doc_id(conv: _Conversation) -> str:
+    """The document the question is most about (:func:`_doc_scores`; ties: retrieval order)."""
     question = _terms(conv.question)
-    best = max(
-        enumerate(conv.chunks),
-        key=lambda item: (len(question & _terms(item[1].text)), -item[0]),
-    )
-    return best[1].doc_id
+    scores = _doc_scores(question, [(c.doc_id, c.title, c.text) for c in conv.chunks])
+    order = list(dict.fromkeys(c.doc_id for c in conv.chunks))
+    return max(order, key=lambda doc_id: (scores[doc_id], -order.index(doc_id)))
 
 
 def _compose(messages: Sequence[BaseMessage], tool_names: frozenset[str]) -> _Reply:
@@ -686,10 +831,7 @@ def _compose(messages: Sequence[BaseMessage], tool_names: frozenset[str]) -> _Re
             reply = _answer_from_chunks(conv)
         return reply or _Reply(CLARIFYING_QUESTIONS[lang], lang, "clarifying")
 
-    repeated_clarifications = len(conv.previous_replies) >= 2 and all(
-        _is_clarifying(m) for m in conv.previous_replies[-2:]
-    )
-    if _asks_for_person(conv.question) or repeated_clarifications:
+    if _escalation_due(conv.question, conv.previous_replies):
         return _Reply(HANDOFF_MESSAGES[lang], lang, "escalate")
 
     if FETCH_FAQ_DOCUMENT in tool_names and conv.chunks and _asks_for_details(conv.question):

@@ -560,28 +560,45 @@ _EN_ADJ: Final = r"(?:(?:young|little|small|grown(?:-up)?|teenage|adult|lovely|w
 _EN_ITEM: Final = rf"(?P<n>{_EN_NUM})\s+{_EN_ADJ}{_EN_CHILD}{_EN_AFTER}"
 _EN_ITEM_RE: Final = re.compile(_EN_BEFORE + _EN_ITEM)
 _EN_I_HAVE: Final = r"(?<![a-z'])(?:i|we)(?:\s+have|'ve|\s+have\s+got|'ve\s+got)\s+"
+# A first-person clause the next verb shares its subject with: "I am married and have two
+# kids", "we live in Shiraz and have a son". The clause may not change subject ("I think
+# they are married and have …", "I know my friends …") nor pass another "and".
+_EN_NOT_IN_LEAD: Final = (
+    r"(?:he|she|they|you|it|who|that|which|and|or|but|is|are|was|were|has|have|had|think|thinks"
+    r"|know|knows|believe|heard|hear|said|say|says|guess|hope|wish|friend|friends|sister"
+    r"|brother|mother|mom|father|dad|parents|neighbor|neighbour|colleague|cousin)"
+)
+_EN_LEAD: Final = (
+    rf"(?<![a-z'])(?:i|we)(?:'m|'re|\s+(?!{_EN_NOT_IN_LEAD}(?![a-z']))[a-z'-]+)"
+    rf"(?:,?\s+(?!{_EN_NOT_IN_LEAD}(?![a-z']))[a-z0-9'-]+){{0,5}}?"
+)
+_EN_AND_HAVE: Final = rf"{_EN_LEAD},?\s+and\s+(?:also\s+)?(?:have|'ve)(?:\s+got)?\s+"
+_EN_ITEMS: Final = (
+    _EN_ITEM.replace("?P<n>", "") + rf"(?:\s*(?:,|and|&)\s*{_EN_ITEM.replace('?P<n>', '')})*"
+)
 _EN_COUNT_RES: Final = (
     # "I have two kids", "we've got a son and two daughters"
-    re.compile(
-        _EN_I_HAVE
-        + _EN_ITEM.replace("?P<n>", "")
-        + rf"(?:\s*(?:,|and|&)\s*{_EN_ITEM.replace('?P<n>', '')})*"
-    ),
+    re.compile(_EN_I_HAVE + rf"(?P<items>{_EN_ITEMS})"),
+    # "I am married and have two kids" (only the items after "have" are counted)
+    re.compile(_EN_AND_HAVE + rf"(?P<items>{_EN_ITEMS})"),
     # "my two kids"
     re.compile(rf"(?<![a-z])my\s+{_EN_ITEM.replace('?P<n>', '')}"),
 )
 _EN_HAS_CHILDREN_RE: Final = re.compile(
     rf"(?<![a-z])(?:my\s+(?:kids|children|child|son|sons|daughter|daughters)"
-    rf"|{_EN_I_HAVE}(?:kids|children)){_EN_AFTER}"
+    rf"|{_EN_I_HAVE}(?:kids|children)|{_EN_AND_HAVE}(?:kids|children)){_EN_AFTER}"
 )
 _EN_NO_CHILDREN_RE: Final = re.compile(
     rf"(?<![a-z'])(?:(?:i|we)(?:\s+have|'ve)(?:\s+got)?\s+no\s+(?:kids|children)"
-    rf"|(?:i|we)\s+(?:don't|do\s+not)\s+have\s+(?:any\s+)?(?:kids|children)){_EN_AFTER}"
+    rf"|(?:i|we)\s+(?:don't|do\s+not)\s+have\s+(?:any\s+)?(?:kids|children)"
+    rf"|{_EN_AND_HAVE}no\s+(?:kids|children)"
+    rf"|{_EN_LEAD},?\s+and\s+(?:don't|do\s+not)\s+have\s+(?:any\s+)?(?:kids|children))"
+    rf"{_EN_AFTER}"
 )
 _EN_I_AM: Final = r"(?<![a-z'])(?:i\s+am|i'm|im)\s+"
 _EN_MARRIED_RE: Final = re.compile(
     rf"(?:{_EN_I_AM}(?:(?:happily|recently|newly|already)\s+)?married"
-    rf"|(?<![a-z'])we\s+(?:are|'re|got)\s+married"
+    rf"|(?<![a-z'])we(?:\s+are|'re|\s+got)\s+married"
     rf"|(?<![a-z'])my\s+(?:wife|husband|spouse|hubby)){_EN_AFTER}"
 )
 _EN_SINGLE_RE: Final = re.compile(rf"{_EN_I_AM}(?:not\s+married|unmarried|single){_EN_AFTER}")
@@ -640,19 +657,30 @@ _ZH_CHILD: Final = (
 )
 _ZH_ITEM: Final = rf"(?:(?P<n>{_ZH_NUM})(?:个)?|个){_ZH_CHILD}"
 _ZH_ITEM_RE: Final = re.compile(_ZH_ITEM)
+# A first-person statement whose subject the next clause shares: "我结婚了，有两个孩子",
+# "我已婚并且有一个儿子" (never "我朋友结婚了，有…": the statement must be the speaker's).
+_ZH_LEAD: Final = (
+    r"我(?:们)?(?:(?:已经|已|早就|去年|前年|刚刚|刚)?(?:结婚|结了婚|成家)了?|已婚|离婚了"
+    r"|(?:是|还是)?单身|(?:是)?(?:自己)?一个人住)"
+    r"[，,、\s]*(?:(?:并且|而且|并|也|还|现在|目前)[，,、\s]*)*"
+)
+_ZH_ITEMS: Final = (
+    rf"{_ZH_ITEM.replace('?P<n>', '')}(?:(?:和|、|，|,|还有)?{_ZH_ITEM.replace('?P<n>', '')})*"
+)
 _ZH_COUNT_RES: Final = (
     # "我有两个孩子", "我们有一儿一女", "我家有一个儿子和一个女儿"
-    re.compile(
-        rf"我(?:们|们家|家)?有{_ZH_ITEM.replace('?P<n>', '')}"
-        rf"(?:(?:和|、|，|,|还有)?{_ZH_ITEM.replace('?P<n>', '')})*"
-    ),
+    re.compile(rf"我(?:们|们家|家)?有(?P<items>{_ZH_ITEMS})"),
+    # "我结婚了，有三个孩子"
+    re.compile(rf"{_ZH_LEAD}有(?P<items>{_ZH_ITEMS})"),
     # "我的两个孩子", "我两个孩子"
     re.compile(rf"我(?:的|家)?{_ZH_ITEM.replace('?P<n>', '').replace('|个', '')}"),
 )
 _ZH_HAS_CHILDREN_RE: Final = re.compile(
-    r"我(?:们|们家|家)?有(?:孩子|小孩)|我(?:的|家)?(?:孩子|小孩|儿子|女儿)"
+    rf"我(?:们|们家|家)?有(?:孩子|小孩)|我(?:的|家)?(?:孩子|小孩|儿子|女儿)|{_ZH_LEAD}有(?:孩子|小孩)"
 )
-_ZH_NO_CHILDREN_RE: Final = re.compile(r"我(?:们)?(?:还)?(?:没有|没)(?:孩子|小孩)")
+_ZH_NO_CHILDREN_RE: Final = re.compile(
+    rf"我(?:们)?(?:还)?(?:没有|没)(?:孩子|小孩)|{_ZH_LEAD}(?:还)?(?:没有|没)(?:孩子|小孩)"
+)
 _ZH_SPOUSE: Final = r"(?:太太|老婆|先生|老公|丈夫|妻子|爱人|媳妇)"
 _ZH_MARRIED_RE: Final = re.compile(
     rf"我(?:已经|已)结婚|我结婚了|我已婚|我的?{_ZH_SPOUSE}|我和我?的?{_ZH_SPOUSE}|我们夫妻|我们两口子"
@@ -676,9 +704,11 @@ def _child_counts(low: str) -> set[int]:
     for statements, item, names in _COUNT_RULES:
         for statement in statements:
             for match in statement.finditer(low):
+                # only the listed items count, not a number in the clause before them
+                items = match.group("items") if "items" in statement.groupindex else None
                 total = sum(
                     _number(m.group("n"), names) if m.group("n") else 1
-                    for m in item.finditer(match.group())
+                    for m in item.finditer(items if items is not None else match.group())
                 )
                 if 0 < total <= _MAX_CHILDREN:
                     counts.add(total)
