@@ -27,6 +27,7 @@ from threadkeeper.adapters.atomic import AtomicSaver
 from threadkeeper.adapters.checkpoint_retention import delete_store_prefix
 from threadkeeper.app.agent import PROMPT_VERSION, RunTrace, current_trace, load_memory
 from threadkeeper.app.memory import MemoryExtractor, RuleExtractor
+from threadkeeper.app.metrics import count_refusals
 from threadkeeper.app.service import (
     MAX_MESSAGE_BYTES,
     Caller,
@@ -498,6 +499,7 @@ class RunService:
             existing,
             self.rules,
         )
+        count_refusals(plan.refused)
         for item in plan.puts:
             await store.aput(
                 memory_namespace(ref.tenant_id, ref.user_id, item.kind),

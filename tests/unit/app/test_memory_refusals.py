@@ -1,0 +1,77 @@
+"""Memory candidates that ``MemoryRules`` refuses are counted by reason on ``/metrics``
+(``threadkeeper_memory_refusals_total``) and stored nowhere: a real model proposes them
+through the service's model-based extractor."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage
+from prometheus_client import REGISTRY, generate_latest
+
+from tests.support.scripted_model import ScriptedChatModel
+from threadkeeper.adapters.embedded import open_embedded
+from threadkeeper.adapters.knowledge import KnowledgeBase
+from threadkeeper.app.config import Settings
+from threadkeeper.app.container import build_service
+from threadkeeper.app.runs import RunService
+from threadkeeper.app.service import Caller, RunMessage, RunRequest
+from threadkeeper.domain.estimate import EstimatingCounter
+
+CALLER = Caller(tenant_id="acme-insurance", user_id="refused-user")
+PROPOSED = [
+    {"kind": "profile", "key": "national_id", "value": "0499370899"},
+    {"kind": "facts", "key": "condition", "value": "has diabetes"},
+    {"kind": "profile", "key": "household", "value": "married"},
+]
+
+
+def refusals(reason: str) -> float:
+    value = REGISTRY.get_sample_value("threadkeeper_memory_refusals_total", {"reason": reason})
+    return value or 0.0
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[RunService]:
+    model = ScriptedChatModel(
+        script=[
+            AIMessage("Dental cover pays for fillings at 80% [dental-cover.en#2]."),
+            AIMessage(json.dumps(PROPOSED)),  # the memory extraction call
+        ]
+    )
+    async with open_embedded(tmp_path / "data") as backend:
+        yield build_service(
+            settings=Settings(data_dir=str(tmp_path / "data"), model="openai:scripted"),
+            backend=backend,
+            counter=EstimatingCounter(),
+            knowledge=KnowledgeBase.from_directory(),
+            model=model,
+        )
+
+
+async def test_refused_candidates_are_counted_by_reason_and_never_stored(
+    service: RunService,
+) -> None:
+    id_before = refusals("personal_data:iranian_national_id")
+    health_before = refusals("personal_data:health")
+    handle = await service.start_run(
+        CALLER, "t-1", RunRequest(RunMessage("I am married. Are fillings covered?"))
+    )
+    body: dict[str, Any] = await handle.result()
+    await service.wait_idle()
+    assert body["status"] == "answered"
+
+    assert refusals("personal_data:iranian_national_id") == id_before + 1
+    assert refusals("personal_data:health") == health_before + 1
+    memory = await service.memory(CALLER)
+    stored = str(memory)
+    assert "married" in stored  # the admissible candidate was written
+    assert "0499370899" not in stored
+    assert "diabetes" not in stored
+    exposition = generate_latest(REGISTRY).decode()
+    assert "0499370899" not in exposition
+    assert "diabetes" not in exposition
