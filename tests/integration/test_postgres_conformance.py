@@ -27,6 +27,7 @@ from threadkeeper.adapters.postgres import (
     open_postgres,
 )
 from threadkeeper.adapters.postgres.retention import IDLE_THREADS, TS_INDEX, iso_ts
+from threadkeeper.domain.errors import AtCapacity
 from threadkeeper.domain.runs import RunRecords
 from threadkeeper.domain.threads import ThreadRef
 
@@ -141,3 +142,22 @@ async def test_erasure_finds_a_thread_through_checkpoint_metadata_alone(
     assert (receipt.threads, receipt.messages) == (1, 4)
     assert not await harness.thread_exists(mine.key)
     assert await harness.thread_exists(theirs.key)
+
+
+async def test_a_replica_out_of_lock_connections_answers_at_capacity(url: str) -> None:
+    """More runs in flight than the lock pool holds: the next one is refused as AtCapacity
+    (503 + Retry-After), not left waiting for a connection and reported as an outage."""
+    pool, queries = _pool(url, min_size=1, max_size=1), _pool(url, min_size=1, max_size=2)
+    await pool.open(wait=True)
+    await queries.open(wait=True)
+    try:
+        lock = AdvisoryRunLock(pool, query_pool=queries, acquire_timeout=0.2)
+        async with lock.hold("acme:u:one", "run-1"):
+            with pytest.raises(AtCapacity, match="1 runs are in flight"):
+                async with lock.hold("acme:u:two", "run-2"):
+                    pytest.fail("held a lock without a connection")
+        async with lock.hold("acme:u:two", "run-2"):  # the connection came back
+            assert await lock.holder("acme:u:two") == "run-2"
+    finally:
+        await queries.close()
+        await pool.close()

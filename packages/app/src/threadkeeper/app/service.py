@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from threadkeeper.domain.errors import (
+    AtCapacity,
     ContextOverflow,
     DomainError,
     MessageTooLarge,
@@ -81,6 +82,7 @@ ERROR_STATUS: dict[type[DomainError], int] = {
     UnknownMessage: 404,
     UnknownRun: 404,
     Unavailable: 503,
+    AtCapacity: 503,
     RunFailed: 500,
 }
 

@@ -39,6 +39,12 @@ class ThreadBusy(DomainError):
         self.running_run_id = running_run_id
 
 
+class AtCapacity(DomainError):
+    """This replica runs as many runs as it can hold locks for (HTTP 503 with Retry-After)."""
+
+    retry_after_seconds = 1
+
+
 class UnknownThread(DomainError):
     """No such thread in this tenant/user scope (HTTP 404)."""
 

@@ -23,7 +23,7 @@ from typing import Any
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -32,7 +32,7 @@ from threadkeeper.adapters.postgres.ledger import MessageLedger
 from threadkeeper.adapters.postgres.ratelimit import PostgresRateWindows
 from threadkeeper.adapters.postgres.retention import PostgresRetention
 from threadkeeper.adapters.sql import SqlRunRecords
-from threadkeeper.domain.errors import ThreadBusy
+from threadkeeper.domain.errors import AtCapacity, ThreadBusy
 from threadkeeper.domain.locks import RunLock
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,13 @@ class AdvisoryRunLock(RunLock):
     @asynccontextmanager
     async def _hold(self, thread_key: str, run_id: str) -> AsyncIterator[None]:
         key = advisory_key(thread_key)
-        async with self.pool.connection(timeout=self.acquire_timeout) as conn:
+        try:
+            conn = await self.pool.getconn(timeout=self.acquire_timeout)
+        except PoolTimeout as exc:
+            raise AtCapacity(
+                f"{self.pool.max_size} runs are in flight on this replica; retry shortly"
+            ) from exc
+        try:
             await conn.execute(
                 "SELECT set_config('application_name', %s, false)", (APPLICATION_NAME + run_id,)
             )
@@ -115,6 +121,9 @@ class AdvisoryRunLock(RunLock):
                     log.warning("advisory unlock failed; closing the session", exc_info=True)
                     await conn.close()
                     raise
+
+        finally:
+            await self.pool.putconn(conn)
 
     async def holder(self, thread_key: str) -> str | None:
         classid, objid = _lock_ids(advisory_key(thread_key))

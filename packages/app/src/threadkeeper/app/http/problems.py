@@ -24,6 +24,7 @@ from threadkeeper.app.service import (
     Unavailable,
 )
 from threadkeeper.domain.errors import (
+    AtCapacity,
     ContextOverflow,
     DomainError,
     MessageTooLarge,
@@ -48,6 +49,7 @@ _DOMAIN: dict[type[DomainError], tuple[str, str, str | None]] = {
     UnknownMessage: ("unknown-message", "Unknown message", "No such message in this thread."),
     UnknownRun: ("unknown-run", "Unknown run", "No such run in this thread."),
     Unavailable: ("unavailable", "Service unavailable", "A storage backend is unavailable."),
+    AtCapacity: ("at-capacity", "At capacity", "Too many runs in flight on this replica."),
     RunFailed: ("run-failed", "Run failed", "The run did not complete; the thread is unchanged."),
 }
 
@@ -96,8 +98,16 @@ def domain_problem(exc: DomainError) -> ProblemDetailsException:
         extensions["running_run_id"] = exc.running_run_id
     if isinstance(exc, DuplicateMessage):
         extensions["message_id"] = exc.message_id
+    headers = None
+    if isinstance(exc, AtCapacity):
+        headers = {"Retry-After": str(exc.retry_after_seconds)}
     return http_problem(
-        status, detail if detail is not None else str(exc), slug=slug, title=title, **extensions
+        status,
+        detail if detail is not None else str(exc),
+        slug=slug,
+        title=title,
+        headers=headers,
+        **extensions,
     )
 
 

@@ -265,11 +265,12 @@ async def list_messages(
     "/threads/{thread_id:str}",
     status_code=204,
     operation_class=ContractOperation,
-    responses=problems(401, 403, 422, 500, 503),
+    responses=problems(401, 403, 409, 422, 500, 503),
 )
 async def delete_thread(service: Service, caller: CallerDep, thread_id: ThreadIdPath) -> None:
     """Delete the thread with its checkpoints, archive, run records and feedback (not the
-    user's memory); 204 also when it is already gone."""
+    user's memory); 204 also when it is already gone. A run in flight on the thread finishes
+    first (the deletion waits up to 30 s for it, then answers 409 naming it)."""
     await service.delete_thread(caller, _thread_id(thread_id))
 
 
@@ -335,10 +336,12 @@ async def reset_memory(service: Service, caller: CallerDep, user_id: UserIdPath)
     "/users/{user_id:str}",
     status_code=200,
     operation_class=ContractOperation,
-    responses=problems(401, 403, 422, 500, 503),
+    responses=problems(401, 403, 409, 422, 500, 503),
 )
 async def erase_user(service: Service, caller: CallerDep, user_id: UserIdPath) -> ErasureReceiptOut:
-    """Erase everything of the user in this tenant; a receipt of the counts deleted."""
+    """Erase everything of the user in this tenant; a receipt of the counts deleted. Each of
+    the user's threads is deleted once its run in flight, if any, has finished (409 after 30 s
+    of waiting; erasing again completes what was left)."""
     _own_user(caller, user_id)
     receipt = await service.erase_user(caller)
     return ErasureReceiptOut(
