@@ -246,9 +246,10 @@ async def test_memory_is_remembered_across_threads_then_reset(client: Client) ->
     retried = await run(client, handoff_thread, "I want to talk to a human", run_id=run_id)
     assert retried["run_id"] == run_id
     assert retried["handoff_context"]["profile"] == []
-    assert retried["handoff_context"]["recent_messages"] == escalated["handoff_context"][
-        "recent_messages"
-    ]
+    assert (
+        retried["handoff_context"]["recent_messages"]
+        == escalated["handoff_context"]["recent_messages"]
+    )
 
 
 async def test_personal_data_is_never_remembered(client: Client) -> None:
