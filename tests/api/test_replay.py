@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from litestar.testing import TestClient
 
 from tests.api.conftest import TENANT, TOKEN, USER, AppFactory, Servers
+from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.app import cli
 
 
@@ -62,6 +64,12 @@ def test_replay_prints_every_model_call_of_a_run(
     system = first_call["messages"][0]
     assert system["role"] == "system"
     assert all(f'chunk_id="{c}"' in system["content"] for c in head["chunk_ids"])
+    # the documents' text, which the record does not store, is rendered again for replay
+    knowledge = KnowledgeBase.from_directory()
+    for chunk_id in head["chunk_ids"]:
+        chunk = knowledge.chunk(TENANT, chunk_id)
+        assert chunk is not None
+        assert html.escape(chunk.text) in system["content"]
     shown = [m.get("content") for m in first_call["messages"][1:]]
     assert shown[0] == "Is dental treatment covered?"
     assert shown[1] == first["message"]["content"]

@@ -107,13 +107,18 @@ def render_system(
         lines = "\n".join(f"{m['kind']}.{m['key']}: {m['value']}" for m in memory)
         parts.append(f"<memory>\n{lines}\n</memory>")
     if chunks:
-        docs = "\n".join(
-            f'<doc chunk_id="{html.escape(c["chunk_id"])}" doc_id="{html.escape(c["doc_id"])}" '
-            f'title="{html.escape(c["title"])}">{html.escape(c["text"])}</doc>'
-            for c in chunks
-        )
-        parts.append(f"<documents>\n{docs}\n</documents>")
+        parts.append(render_documents(chunks))
     return "\n\n".join(parts)
+
+
+def render_documents(chunks: Sequence[dict[str, Any]]) -> str:
+    """The ``<documents>`` block of the system message (also rebuilt by replay)."""
+    docs = "\n".join(
+        f'<doc chunk_id="{html.escape(c["chunk_id"])}" doc_id="{html.escape(c["doc_id"])}" '
+        f'title="{html.escape(c["title"])}">{html.escape(c["text"])}</doc>'
+        for c in chunks
+    )
+    return f"<documents>\n{docs}\n</documents>"
 
 
 def newest_human_text(messages: Sequence[Any]) -> str:

@@ -234,8 +234,9 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
                 ensure_ascii=False,
             )
         )
+        prompt = _with_documents(record, container.knowledge())
         for index, call in enumerate(record.model_calls):
-            system = record.system_prompt
+            system = prompt
             if call.summary:
                 system = f"{system}\n\n{call.summary}"
             messages = [{"role": "system", "content": system}]
@@ -268,6 +269,32 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     finally:
         await container.shutdown_resources()  # type: ignore[misc]
+
+
+def _with_documents(record: Any, knowledge: Any) -> str:
+    """The run's system prompt with its documents block rendered again from the knowledge base
+    (the record stores their ``chunk_ids``, not their text); a chunk the knowledge base no
+    longer has is shown as missing."""
+    from threadkeeper.app.agent import render_documents
+    from threadkeeper.domain.runs import DOCUMENTS_REF
+
+    prompt: str = record.system_prompt
+    if not prompt.endswith(DOCUMENTS_REF):
+        return prompt
+    chunks = []
+    for chunk_id in record.chunk_ids:
+        chunk = knowledge.chunk(record.tenant_id, chunk_id)
+        chunks.append(
+            {"chunk_id": chunk_id, "doc_id": "", "title": "", "text": "[missing]"}
+            if chunk is None
+            else {
+                "chunk_id": chunk.chunk_id,
+                "doc_id": chunk.doc_id,
+                "title": chunk.title,
+                "text": chunk.text,
+            }
+        )
+    return prompt[: -len(DOCUMENTS_REF)] + "\n\n" + render_documents(chunks)
 
 
 def _open_beside_a_server(container: Any, settings: Settings) -> None:

@@ -51,7 +51,7 @@ from threadkeeper.domain.memory import (
     user_namespace,
 )
 from threadkeeper.domain.retention import ErasureReceipt
-from threadkeeper.domain.runs import Feedback, ModelCall, RunRecord, RunRecords
+from threadkeeper.domain.runs import Feedback, ModelCall, RunRecord, RunRecords, stored_prompt
 from threadkeeper.domain.summary import Summary
 from threadkeeper.domain.threads import ThreadRef, ThreadScope
 from threadkeeper.domain.tokens import REPLY_PRIMING, TokenCounter, message_text
@@ -460,7 +460,9 @@ class RunService:
             status=status,
             created_at=now(),
             response=body,
-            system_prompt=trace.system_prompts[0] if trace.system_prompts else self.prompt,
+            system_prompt=stored_prompt(
+                trace.system_prompts[0] if trace.system_prompts else self.prompt
+            ),
             prompt_version=PROMPT_VERSION,
             chunk_ids=tuple(c["chunk_id"] for c in chunks),
             memory_keys=tuple(f"{m['kind']}/{m['key']}@{m['updated_at']}" for m in memory),

@@ -25,8 +25,21 @@ class UnknownRun(DomainError):
 
 MEMORY_OPEN = "\n\n<memory>\n"
 MEMORY_CLOSE = "\n</memory>"
-DOCUMENTS_OPEN = "\n\n<documents>\n"
+DOCUMENTS_OPEN = "\n\n<documents"
+"""Starts the retrieved documents' block (``<documents>`` as sent, ``DOCUMENTS_REF`` as
+stored): always the last block of the system prompt, its text escaped."""
+DOCUMENTS_REF = '\n\n<documents ref="chunk_ids"/>'
 FORGOTTEN = "[forgotten: the user reset their memory]"
+
+
+def stored_prompt(system_prompt: str) -> str:
+    """The system prompt as a run record keeps it: the retrieved documents' text replaced by
+    ``DOCUMENTS_REF`` (the record lists their ``chunk_ids``; replay renders them again from the
+    knowledge base). Keeps the record small — the documents are most of the prompt."""
+    start = system_prompt.rfind(DOCUMENTS_OPEN)
+    if start < 0:
+        return system_prompt
+    return system_prompt[:start] + DOCUMENTS_REF
 
 
 def without_memory(record: RunRecord) -> RunRecord:
@@ -75,7 +88,8 @@ class RunRecord(msgspec.Struct, frozen=True):
     response: dict[str, Any]
     """The final body (``end`` event / JSON-mode response) exactly as sent."""
     system_prompt: str
-    """The system message the model got at the start of the run (prompt, memory, chunks)."""
+    """The system message the model got at the start of the run (prompt and memory), its
+    documents block stored as ``DOCUMENTS_REF`` (``stored_prompt``; texts via ``chunk_ids``)."""
     prompt_version: str
     chunk_ids: tuple[str, ...] = ()
     memory_keys: tuple[str, ...] = ()

@@ -222,6 +222,16 @@ class KnowledgeBase:
     def get_document(self, tenant_id: str, doc_id: str) -> FaqDocument | None:
         return self._documents.get(self.resolve_tenant(tenant_id), {}).get(doc_id)
 
+    def chunk(self, tenant_id: str, chunk_id: str) -> FaqChunk | None:
+        """The chunk ``<doc_id>#<n>`` of the tenant's knowledge, or None."""
+        doc_id, _, number = chunk_id.rpartition("#")
+        doc = self.get_document(tenant_id, doc_id)
+        if doc is None or not number.isdigit():
+            return None
+        chunks = doc.chunks()
+        index = int(number) - 1
+        return chunks[index] if 0 <= index < len(chunks) else None
+
     def document_ids(self, tenant_id: str) -> list[str]:
         """The tenant's document ids, sorted."""
         return sorted(self._documents.get(self.resolve_tenant(tenant_id), {}))
