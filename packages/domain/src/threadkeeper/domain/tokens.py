@@ -66,6 +66,7 @@ class TokenCounter(ABC):
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, int, tuple[str, ...]], int] = {}
+        """(id, hash of the text, fingerprint of the tool calls) → tokens."""
         self._lock = threading.Lock()
 
     @abstractmethod
@@ -79,11 +80,13 @@ class TokenCounter(ABC):
         same id with other content is counted again. ``str`` caches its hash, so a hit costs
         no pass over a text the process has hashed before.
         """
-        text = message_text(message)
+        content = message.content
+        text = content if isinstance(content, str) else message_text(message)
         calls: tuple[str, ...] = ()
-        if isinstance(message, AIMessage):
-            calls = tuple(tool_call_text(c["name"], c["args"]) for c in message.tool_calls) + tuple(
-                f"{c.get('name') or ''}{c.get('args') or ''}" for c in message.invalid_tool_calls
+        if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
+            # repr, not the JSON counted below: a cheap fingerprint of names and arguments
+            calls = tuple(f"{c['name']}{c['args']!r}" for c in message.tool_calls) + tuple(
+                f"~{c.get('name') or ''}{c.get('args') or ''}" for c in message.invalid_tool_calls
             )
         key = (message.id, hash(text), calls) if message.id is not None else None
         if key is not None:
@@ -91,8 +94,15 @@ class TokenCounter(ABC):
             if cached is not None:
                 return cached
         tokens = MESSAGE_FRAMING + self.count_text(text)
-        for call in calls:
-            tokens += TOOL_CALL_FRAMING + self.count_text(call)
+        if calls:
+            assert isinstance(message, AIMessage)
+            for call in message.tool_calls:
+                tokens += TOOL_CALL_FRAMING + self.count_text(
+                    tool_call_text(call["name"], call["args"])
+                )
+            for invalid in message.invalid_tool_calls:
+                raw = f"{invalid.get('name') or ''}{invalid.get('args') or ''}"
+                tokens += TOOL_CALL_FRAMING + self.count_text(raw)
         if key is not None:
             with self._lock:
                 if len(self._cache) >= _CACHE_LIMIT:
