@@ -40,9 +40,11 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 from langgraph.types import Command
+from opentelemetry import trace as otel_trace
 
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.app.builtin_model import escalation_due
+from threadkeeper.app.telemetry import ModelCallTracing, capture_content, tracer
 from threadkeeper.domain.history import Window
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
 from threadkeeper.domain.tokens import message_text
@@ -206,7 +208,13 @@ class ThreadContextMiddleware(AgentMiddleware[AgentState]):
         write = get_stream_writer()
         write({"stage": "retrieval", "status": "start"})
         query = newest_human_text(state["messages"])
-        found = self.knowledge.search(tenant_id, query, k=RETRIEVE_K) if query else []
+        with tracer().start_as_current_span(
+            "threadkeeper.retrieve", attributes={"threadkeeper.tenant_id": tenant_id}
+        ) as span:
+            found = self.knowledge.search(tenant_id, query, k=RETRIEVE_K) if query else []
+            span.set_attribute("threadkeeper.retrieve.chunk_ids", [h.chunk.chunk_id for h in found])
+            if capture_content():
+                span.set_attribute("threadkeeper.retrieve.query", query)
         chunks = [
             {
                 "chunk_id": hit.chunk.chunk_id,
@@ -270,10 +278,20 @@ class ThreadContextMiddleware(AgentMiddleware[AgentState]):
         write({"stage": "tool", "name": name, "status": "start"})
         started = time.perf_counter()
         status: Literal["success", "error"] = "error"
+        span = tracer().start_span(
+            f"execute_tool {name}",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": str(call.get("id") or ""),
+            },
+        )
         try:
-            result = await handler(request)
-            if not (isinstance(result, ToolMessage) and result.status == "error"):
-                status = "success"
+            with otel_trace.use_span(span, end_on_exit=True, record_exception=True):
+                result = await handler(request)
+                if not (isinstance(result, ToolMessage) and result.status == "error"):
+                    status = "success"
+                span.set_attribute("threadkeeper.tool.status", status)
             return result
         finally:
             trace = current_trace.get()
@@ -306,7 +324,11 @@ def build_agent(
         model,
         list(tools),
         system_prompt=prompt,
-        middleware=[ThreadContextMiddleware(knowledge, prompt), *history_hooks],
+        middleware=[
+            ThreadContextMiddleware(knowledge, prompt),
+            *history_hooks,
+            ModelCallTracing(model),  # innermost: the span holds exactly the model call
+        ],
         checkpointer=checkpointer,
         store=store,
         name="threadkeeper",

@@ -86,6 +86,10 @@ def _run_server(settings: Settings, args: argparse.Namespace) -> int:
 
     from threadkeeper.app.application import create_app, startup_problem
     from threadkeeper.app.container import make_container
+    from threadkeeper.app.telemetry import configure_tracing
+
+    if configure_tracing():
+        print("threadkeeper: exporting traces over OTLP/HTTP", file=sys.stderr)
 
     container = make_container(settings)
     try:

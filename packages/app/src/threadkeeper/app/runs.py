@@ -39,6 +39,7 @@ from threadkeeper.app.service import (
     RunFailed,
     RunRequest,
 )
+from threadkeeper.app.telemetry import record_failure, tracer
 from threadkeeper.domain.errors import MessageTooLarge, UnknownThread
 from threadkeeper.domain.extraction import RoundText
 from threadkeeper.domain.locks import RunLock
@@ -263,7 +264,7 @@ class RunService:
             if request.message.id is not None:
                 await self._refuse_duplicate(ref, caller, request.message.id, run_id)
             run = LiveRun(run_id)
-            task = asyncio.create_task(self._execute(run, hold, ref, caller, human))
+            task = asyncio.create_task(self._traced(run, hold, ref, caller, human))
             run.task = task
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -281,6 +282,36 @@ class RunService:
         state = await self.agent.aget_state(self._config(ref, caller))
         if any(m.id == message_id for m in (state.values or {}).get("messages", [])):
             raise DuplicateMessage(message_id, None)
+
+    async def _traced(
+        self,
+        run: LiveRun,
+        hold: AbstractAsyncContextManager[None],
+        ref: ThreadRef,
+        caller: Caller,
+        human: HumanMessage,
+    ) -> None:
+        """``_execute`` in a ``threadkeeper.run`` span (a child of the request's span: the task
+        copies the request's context)."""
+        with tracer().start_as_current_span(
+            "threadkeeper.run",
+            attributes={
+                "threadkeeper.run_id": run.run_id,
+                "threadkeeper.tenant_id": ref.tenant_id,
+                "threadkeeper.thread_id": ref.thread_id,
+                "threadkeeper.profile": self.backend.profile,
+            },
+        ) as span:
+            try:
+                await self._execute(run, hold, ref, caller, human)
+            except BaseException as exc:
+                record_failure(span, exc)
+                raise
+            outcome = run.outcome
+            if outcome.done() and not outcome.cancelled() and outcome.exception() is None:
+                span.set_attribute("threadkeeper.status", str(outcome.result()["status"]))
+            elif outcome.done() and not outcome.cancelled():
+                record_failure(span, cast("BaseException", outcome.exception()))
 
     async def _execute(
         self,
@@ -320,7 +351,8 @@ class RunService:
                         self._round(run.run_id, ref, human, answer, values), trace.tools
                     )
                 try:
-                    committed = await self.saver.commit(staging)
+                    with tracer().start_as_current_span("threadkeeper.commit"):
+                        committed = await self.saver.commit(staging)
                 except BaseException:
                     if self.archive is not None:
                         # the archive holds the round and the checkpoints may hold part of it:

@@ -6,11 +6,18 @@ Organised as one ``InitPlugin`` whose small ``_configure_*`` steps each add one 
 
 from __future__ import annotations
 
+from typing import Any
+
 from litestar import Litestar, Router
 from litestar.config.app import AppConfig
+from litestar.connection import ASGIConnection
 from litestar.di import Provide
+from litestar.handlers import BaseRouteHandler
 from litestar.plugins import InitPlugin
+from litestar.plugins.opentelemetry import OpenTelemetryConfig
 from litestar.plugins.problem_details import ProblemDetailsPlugin
+from litestar.types import Guard
+from opentelemetry import trace
 
 from threadkeeper.app.http.auth import BEARER_SCHEME, TokenTable, service_token_guard
 from threadkeeper.app.http.openapi import ClosedStructSchemaPlugin, openapi_config
@@ -46,9 +53,9 @@ class ThreadkeeperHttpPlugin(InitPlugin):
 
     def _configure_routes(self, app_config: AppConfig) -> None:
         settings = self._settings
-        guards = (
-            [service_token_guard(TokenTable(settings.tokens()))] if settings.auth_enabled else []
-        )
+        guards: list[Guard] = [name_server_span]  # first: a refused request's span is named too
+        if settings.auth_enabled:
+            guards.append(service_token_guard(TokenTable(settings.tokens())))
         v1 = Router(
             path="/v1",
             route_handlers=V1_HANDLERS,
@@ -86,11 +93,38 @@ class ThreadkeeperHttpPlugin(InitPlugin):
     def _configure_metrics(self, app_config: AppConfig) -> None:
         app_config.middleware.append(prometheus_config().middleware)
         app_config.route_handlers.append(MetricsController)
+        # the server span of each API request (a no-op until a TracerProvider is installed:
+        # threadkeeper.app.telemetry); runs, model and tool calls are its children
+        app_config.middleware.append(
+            OpenTelemetryConfig(
+                exclude=["^/metrics$", "^/health/", "^/schema"],
+                exclude_spans=["send", "receive"],
+            ).middleware
+        )
 
     def _configure_lifespan(self, app_config: AppConfig) -> None:
         app_config.on_startup.extend(self._settings.on_startup)
         app_config.on_shutdown.extend(self._settings.on_shutdown)
         app_config.lifespan.extend(self._settings.lifespan)
+
+
+def name_server_span(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Name the request's server span by route, not by path, and keep the path's ids out of
+    it: ``POST /v1/threads/{thread_id:str}/runs``. The OpenTelemetry middleware starts the span
+    before routing; a guard of the ``/v1`` router runs once the route is known (hooks would be
+    overridden by a handler's own ``before_request``). Paths hold thread and user ids:
+    unbounded cardinality, and user ids are not for traces."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    template = str(connection.scope.get("path_template") or "")
+    if not template:
+        return
+    method = str(connection.scope.get("method", ""))
+    span.update_name(f"{method} {template}")
+    span.set_attribute("http.route", template)
+    span.set_attribute("http.target", template)
+    span.set_attribute("http.url", f"{connection.url.scheme}://{connection.url.netloc}{template}")
 
 
 def create_http_app(service: ThreadService, settings: HttpSettings) -> Litestar:
