@@ -9,6 +9,7 @@ thread's last round, and it does not depend on the run record having been saved.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,6 +58,19 @@ class PostgresRetention(CheckpointRetention):
     ) -> None:
         super().__init__(saver, store, runs, lock)
         self.pool = pool
+
+    async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:
+        """Run records plus checkpoint metadata (``metadata @> …``, the GIN index), without
+        loading any checkpoint's messages."""
+        keys = set(await self.runs.user_threads(tenant_id, user_id))
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT DISTINCT thread_id FROM checkpoints WHERE metadata @> %s::jsonb",
+                (json.dumps({"tenant_id": tenant_id, "user_id": user_id}),),
+            )
+            rows: list[Any] = await cursor.fetchall()
+        keys.update(str(row["thread_id"]) for row in rows)
+        return keys
 
     async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
         async with self.pool.connection() as conn:
