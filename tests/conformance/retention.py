@@ -96,3 +96,20 @@ class RetentionConformance:
         assert report.batches == 3
         assert not any([await harness.thread_exists(t.key) for t in idle])
         assert await harness.thread_exists(active.key)
+
+    async def test_a_thread_active_again_since_it_was_listed_is_not_swept(
+        self, harness: RetentionHarness
+    ) -> None:
+        """Retention lists idle threads, then deletes them one by one; a run that adds a round
+        in between (the deletion waits for it) makes the thread active again: it is kept."""
+        revived, idle = ref(), ref()
+        for thread in (revived, idle):
+            await harness.seed_thread(thread, last_activity=NOW - timedelta(days=120), messages=2)
+        cutoff = NOW - timedelta(days=90)
+        listed = await harness.retention.idle_threads(cutoff, limit=10)
+        assert set(listed) == {revived.key, idle.key}
+        await harness.seed_thread(revived, last_activity=NOW, messages=2)  # a new round
+        receipt = await harness.retention.delete_threads(listed, idle_before=cutoff)
+        assert receipt.threads == 1
+        assert await harness.thread_exists(revived.key)
+        assert not await harness.thread_exists(idle.key)

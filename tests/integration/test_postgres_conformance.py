@@ -26,8 +26,10 @@ from threadkeeper.adapters.postgres import (
     advisory_key,
     open_postgres,
 )
+from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
 from threadkeeper.adapters.postgres.retention import IDLE_THREADS, TS_INDEX, iso_ts
 from threadkeeper.domain.errors import AtCapacity
+from threadkeeper.domain.retention import sweep
 from threadkeeper.domain.runs import RunRecords
 from threadkeeper.domain.threads import ThreadRef
 
@@ -161,3 +163,31 @@ async def test_a_replica_out_of_lock_connections_answers_at_capacity(url: str) -
     finally:
         await queries.close()
         await pool.close()
+
+
+async def test_a_thread_that_cannot_be_read_is_still_deleted(
+    backend: PostgresBackend, url: str
+) -> None:
+    """Deletion must not depend on reading the thread: one with a missing message row is
+    deleted (uncounted) instead of failing every retention sweep and erasure after it."""
+    harness = CheckpointRetentionHarness(backend)
+    broken, healthy = ThreadRef("acme", "u1", "broken"), ThreadRef("acme", "u1", "healthy")
+    for thread in (broken, healthy):
+        await harness.seed_thread(
+            thread, last_activity=datetime(2026, 1, 1, tzinfo=UTC), messages=2
+        )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            f"DELETE FROM {LEDGER} WHERE seq = "
+            f"(SELECT min(seq) FROM {LEDGER} WHERE thread_id = %s)",
+            (broken.key,),
+        )
+    backend.saver.forget()  # as a replica that has not read it yet
+    report = await sweep(
+        backend.retention, now=datetime(2026, 6, 1, tzinfo=UTC), older_than=timedelta(days=90)
+    )
+    assert report.deleted.threads == 2
+    assert not await harness.thread_exists(broken.key)
+    assert not await harness.thread_exists(healthy.key)
+    with psycopg.connect(url) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {LEDGER}").fetchone() == (0,)

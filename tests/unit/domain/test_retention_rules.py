@@ -61,9 +61,11 @@ class RecordingRetention(InMemoryRetention):
         super().__init__()
         self.batches: list[list[str]] = []
 
-    async def delete_threads(self, thread_keys: Sequence[str]) -> ErasureReceipt:
+    async def delete_threads(
+        self, thread_keys: Sequence[str], *, idle_before: datetime | None = None
+    ) -> ErasureReceipt:
         self.batches.append(list(thread_keys))
-        return await super().delete_threads(thread_keys)
+        return await super().delete_threads(thread_keys, idle_before=idle_before)
 
 
 def populate(idle: int, active: int = 3) -> RecordingRetention:

@@ -7,6 +7,7 @@ a user's threads are found both there and through checkpoint metadata (``user_id
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -21,6 +22,8 @@ from threadkeeper.domain.locks import RunLock, hold_when_free
 from threadkeeper.domain.memory import user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, Retention
 from threadkeeper.domain.tokens import message_text
+
+log = logging.getLogger(__name__)
 
 
 def deletion_holder() -> str:
@@ -69,31 +72,50 @@ class CheckpointRetention(Retention):
     async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
         return [row[0] for row in await self.runs.thread_activity(cutoff, limit=limit)]
 
-    async def _messages(self, thread_key: str) -> int:
-        found = await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}})
+    async def _messages(self, thread_key: str) -> tuple[int, bool]:
+        """(transcript messages, whether the thread has a checkpoint). A thread that cannot be
+        read is still deleted: its count is reported as 0, and the failure logged."""
+        try:
+            found = await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}})
+        except Exception:
+            log.warning("thread %s unreadable; deleting it uncounted", thread_key, exc_info=True)
+            return 0, True
         if found is None:
-            return 0
-        return transcript_count(found.checkpoint["channel_values"].get("messages", []))
+            return 0, False
+        return transcript_count(found.checkpoint["channel_values"].get("messages", [])), True
 
-    async def delete_thread(self, thread_key: str) -> ErasureReceipt:
+    async def delete_thread(
+        self, thread_key: str, *, idle_before: datetime | None = None
+    ) -> ErasureReceipt:
         if self.lock is None:
-            return await self._delete_thread(thread_key)
+            return await self._delete_if_idle(thread_key, idle_before)
         async with hold_when_free(self.lock, thread_key, deletion_holder()):
-            return await self._delete_thread(thread_key)
+            return await self._delete_if_idle(thread_key, idle_before)
+
+    async def _delete_if_idle(
+        self, thread_key: str, idle_before: datetime | None
+    ) -> ErasureReceipt:
+        if idle_before is not None and not await self.is_idle(thread_key, idle_before):
+            return ErasureReceipt()  # a run added a round since the thread was listed
+        return await self._delete_thread(thread_key)
+
+    async def is_idle(self, thread_key: str, cutoff: datetime) -> bool:
+        """Whether the thread's newest activity (its newest run) is before ``cutoff``."""
+        newest = await self.runs.thread_newest(thread_key)
+        return newest is None or newest < cutoff
 
     async def _delete_thread(self, thread_key: str) -> ErasureReceipt:
-        messages = await self._messages(thread_key)
-        exists = messages > 0 or (
-            await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}}) is not None
-        )
+        messages, exists = await self._messages(thread_key)
         await self.saver.adelete_thread(thread_key)
         runs, feedback = await self.runs.delete_thread(thread_key)
         return ErasureReceipt(threads=int(exists or runs > 0), messages=messages, feedback=feedback)
 
-    async def delete_threads(self, thread_keys: Sequence[str]) -> ErasureReceipt:
+    async def delete_threads(
+        self, thread_keys: Sequence[str], *, idle_before: datetime | None = None
+    ) -> ErasureReceipt:
         total = ErasureReceipt()
         for key in thread_keys:
-            total = total + await self.delete_thread(key)
+            total = total + await self.delete_thread(key, idle_before=idle_before)
         return total
 
     async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:

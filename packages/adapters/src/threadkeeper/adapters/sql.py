@@ -227,6 +227,15 @@ class SqlRunRecords(RunRecords):
                 changed += 1
         return changed
 
+    async def thread_newest(self, thread_key: str) -> datetime | None:
+        """When the thread's newest run was recorded (None: no run recorded)."""
+        query = select(func.max(run_records.c.created_at)).where(
+            run_records.c.thread_key == thread_key
+        )
+        async with self.engine.connect() as conn:
+            newest = (await conn.execute(query)).scalar()
+        return None if newest is None else _aware(newest)
+
     async def thread_activity(
         self, before: datetime, *, limit: int
     ) -> list[tuple[str, str, str, datetime]]:

@@ -47,8 +47,14 @@ class Retention(ABC):
         """Keys of threads whose newest activity is before ``cutoff``, oldest first."""
 
     @abstractmethod
-    async def delete_threads(self, thread_keys: Sequence[str]) -> ErasureReceipt:
-        """Delete the threads with everything that belongs to them (not the user's memory)."""
+    async def delete_threads(
+        self, thread_keys: Sequence[str], *, idle_before: datetime | None = None
+    ) -> ErasureReceipt:
+        """Delete the threads with everything that belongs to them (not the user's memory).
+
+        With ``idle_before`` (retention), a thread is deleted only if it is *still* idle when
+        its deletion holds it: a run may have added a round since ``idle_threads`` listed it.
+        """
 
     @abstractmethod
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
@@ -78,7 +84,7 @@ async def sweep(
         keys = await retention.idle_threads(cutoff, limit=batch)
         if not keys:
             break
-        total = total + await retention.delete_threads(keys)
+        total = total + await retention.delete_threads(keys, idle_before=cutoff)
         batches += 1
         if len(keys) < batch:
             break
@@ -131,10 +137,19 @@ class InMemoryRetention(Retention):
         )
         return [k for _, k in idle[:limit]]
 
-    async def delete_threads(self, thread_keys: Sequence[str]) -> ErasureReceipt:
+    async def delete_threads(
+        self, thread_keys: Sequence[str], *, idle_before: datetime | None = None
+    ) -> ErasureReceipt:
         receipt = ErasureReceipt()
         with self._mutex:
             for key in thread_keys:
+                current = self._threads.get(key)
+                if (
+                    idle_before is not None
+                    and current is not None
+                    and current.last_activity >= idle_before
+                ):
+                    continue  # active again since it was listed
                 record = self._threads.pop(key, None)
                 if record is not None:
                     receipt = receipt + ErasureReceipt(1, record.messages, 0, record.feedback)

@@ -72,6 +72,17 @@ class PostgresRetention(CheckpointRetention):
         keys.update(str(row["thread_id"]) for row in rows)
         return keys
 
+    async def is_idle(self, thread_key: str, cutoff: datetime) -> bool:
+        """Whether the thread has no top-level checkpoint at or after ``cutoff``."""
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = %s "
+                f"AND checkpoint_ns = '' AND {TS} >= %s) AS active",
+                (thread_key, iso_ts(cutoff)),
+            )
+            row: Any = await cursor.fetchone()
+        return not row["active"]
+
     async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
         async with self.pool.connection() as conn:
             cursor = await conn.execute(IDLE_THREADS, {"cutoff": iso_ts(cutoff), "limit": limit})

@@ -195,11 +195,22 @@ class ArchiveRetention(Retention):
     async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
         return await self.archive.idle_threads(cutoff, limit=limit)
 
-    async def delete_thread(self, thread_key: str) -> ErasureReceipt:
+    async def delete_thread(
+        self, thread_key: str, *, idle_before: datetime | None = None
+    ) -> ErasureReceipt:
         if self.lock is None:
-            return await self._delete_thread(thread_key)
+            return await self._delete_if_idle(thread_key, idle_before)
         async with hold_when_free(self.lock, thread_key, deletion_holder()):
-            return await self._delete_thread(thread_key)
+            return await self._delete_if_idle(thread_key, idle_before)
+
+    async def _delete_if_idle(
+        self, thread_key: str, idle_before: datetime | None
+    ) -> ErasureReceipt:
+        if idle_before is not None:
+            newest = await self.archive.newest(thread_key)
+            if newest is not None and newest >= idle_before:
+                return ErasureReceipt()  # a run added a round since the thread was listed
+        return await self._delete_thread(thread_key)
 
     async def _delete_thread(self, thread_key: str) -> ErasureReceipt:
         checkpoint = await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}})
@@ -209,10 +220,12 @@ class ArchiveRetention(Retention):
         exists = messages > 0 or runs > 0 or checkpoint is not None
         return ErasureReceipt(threads=int(exists), messages=messages, feedback=feedback)
 
-    async def delete_threads(self, thread_keys: Sequence[str]) -> ErasureReceipt:
+    async def delete_threads(
+        self, thread_keys: Sequence[str], *, idle_before: datetime | None = None
+    ) -> ErasureReceipt:
         total = ErasureReceipt()
         for key in thread_keys:
-            total = total + await self.delete_thread(key)
+            total = total + await self.delete_thread(key, idle_before=idle_before)
         return total
 
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -314,6 +314,17 @@ class SqlTranscriptArchive(TranscriptArchive):
                 )
             )
         return threads, messages
+
+    async def newest(self, thread_key: str) -> datetime | None:
+        """When the thread's newest archived message was written (None: nothing archived)."""
+        query = select(func.max(chat_messages.c.created_at)).where(
+            chat_messages.c.thread_key == thread_key
+        )
+        async with self.engine.connect() as conn:
+            value: datetime | None = (await conn.execute(query)).scalar()
+        if value is None:
+            return None
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
     async def idle_threads(self, before: datetime, *, limit: int) -> list[str]:
         """Threads whose newest archived message is older than ``before``, oldest first."""
