@@ -241,3 +241,47 @@ async def test_a_channel_that_is_not_a_message_list_is_stored_as_it_is(
     assert found.checkpoint["channel_values"]["messages"] == ["plain", "strings"]
     assert _rows(url, "t") == []
     assert REFS not in str(found.checkpoint)
+
+
+async def test_a_read_racing_a_deletion_sees_no_thread_not_a_corrupt_one(
+    pool: AsyncConnectionPool[Any], url: str
+) -> None:
+    """Replica B reads the checkpoint, replica A deletes the thread before B reads the rows:
+    B reads again and finds no thread (404), instead of reporting a corrupt one."""
+    a = Replica(pool, ["answer"])
+    await a.turn("t", "question")
+    b = Replica(pool, [])
+    real = b.ledger.base.aget_tuple
+    calls = 0
+
+    async def checkpoint_then_deletion(config: RunnableConfig) -> Any:
+        nonlocal calls
+        calls += 1
+        found = await real(config)
+        if calls == 1:
+            await a.atomic.adelete_thread("t")  # lands between B's two reads
+        return found
+
+    b.ledger.base.aget_tuple = checkpoint_then_deletion  # type: ignore[method-assign]
+    assert await b.messages("t") == []
+    assert calls == 2
+
+
+async def test_a_small_cache_still_gives_the_whole_history_and_stores_nothing_twice(
+    pool: AsyncConnectionPool[Any], url: str
+) -> None:
+    """The cache bounds memory; a message evicted from it is stored again on the next write
+    and its old row collected by the prune, so the thread keeps one row per message."""
+    replica = Replica(pool, [f"answer {i}" for i in range(4)])
+    replica.ledger = MessageLedger(AsyncPostgresSaver(pool), pool, cache_messages=3)
+    replica.atomic = AtomicSaver(replica.ledger)
+    replica.agent = create_agent(replica.model, checkpointer=replica.atomic)
+    for i in range(4):
+        await replica.turn("t", f"question {i}")
+    assert len(replica.ledger._messages) <= 3
+    assert [m.content for m in await Replica(pool, []).messages("t")] == [
+        text for i in range(4) for text in (f"question {i}", f"answer {i}")
+    ]
+    rows = _rows(url, "t")
+    assert len(rows) == 8
+    assert sorted(_stored_refs(url, "t")) == [seq for seq, _ in rows]  # refs: message order

@@ -13,8 +13,9 @@ Postgres saver and changes only how that one channel is stored:
   in-process cache of message objects by ``seq`` (a ``seq`` names one immutable row for ever,
   so a cached object can never be stale, whichever replica wrote the thread meanwhile), and
   from one ``seq = ANY(…)`` query for what the cache lacks (another replica's writes, a
-  restart). The cache is an LRU of ``cache_messages`` objects (50,000 by default: the
-  messages of ~125 threads of 200 turns; tens of MB for messages of ~1 KB).
+  restart). The cache is an LRU of ``cache_messages`` message objects (20,000 by default: the
+  messages of 50 threads of 200 turns; a ~900-byte message object takes ~3 KB, so ~60 MB);
+  it is the only place message objects are kept.
 - ``aprune(keep_latest)`` prunes the checkpoints, then deletes message rows the newest
   checkpoint no longer refers to — only for threads where this process replaced or dropped a
   message, or failed to store a checkpoint after storing its messages (append-only threads have
@@ -79,9 +80,10 @@ def refs_of(value: Any) -> list[int] | None:
 
 @dataclass
 class _Thread:
-    """What this process last read or wrote of one thread: message id → (seq, object)."""
+    """What this process last read or wrote of one thread: message id → seq (the objects
+    themselves live only in the bounded message cache)."""
 
-    head: dict[str, tuple[int, BaseMessage]] = field(default_factory=dict)
+    head: dict[str, int] = field(default_factory=dict)
     dirty: bool = False
     """Rows may exist that the newest checkpoint does not refer to."""
 
@@ -94,7 +96,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         base: AsyncPostgresSaver,
         pool: AsyncConnectionPool[Any],
         *,
-        cache_messages: int = 50_000,
+        cache_messages: int = 20_000,
         cache_threads: int = 2_000,
     ) -> None:
         super().__init__(serde=base.serde)
@@ -160,9 +162,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         for seq in seqs:
             self._remember(seq, found[seq])
         entry = self._thread(thread_id)
-        entry.head = {
-            m.id: (seq, m) for seq, m in zip(seqs, messages, strict=True) if m.id is not None
-        }
+        entry.head = {m.id: seq for seq, m in zip(seqs, messages, strict=True) if m.id is not None}
         return messages
 
     async def _loaded(self, item: CheckpointTuple | None) -> CheckpointTuple | None:
@@ -183,9 +183,14 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         new: list[tuple[int, BaseMessage]] = []  # (position, message)
         for position, message in enumerate(messages):
             known = entry.head.get(message.id) if message.id is not None else None
-            if known is not None and (known[1] is message or known[1] == message):
-                seqs.append(known[0])
-            else:
+            cached = self._messages.get(known) if known is not None else None
+            if (
+                known is not None
+                and cached is not None
+                and (cached is message or cached == message)
+            ):
+                seqs.append(known)
+            else:  # new, replaced, or no longer cached (stored again; the old row is collected)
                 seqs.append(None)
                 new.append((position, message))
         if new:
@@ -209,18 +214,22 @@ class MessageLedger(BaseCheckpointSaver[Any]):
                 seqs[position] = seq
                 self._remember(seq, message)
         final = [s for s in seqs if s is not None]
-        kept = {seq for seq, _ in entry.head.values()}
-        if not kept.issubset(final):  # a message replaced or dropped: its old row is garbage
+        if not set(entry.head.values()).issubset(
+            final
+        ):  # replaced or dropped: old rows are garbage
             entry.dirty = True
-        entry.head = {
-            m.id: (seq, m) for seq, m in zip(final, messages, strict=True) if m.id is not None
-        }
+        entry.head = {m.id: seq for seq, m in zip(final, messages, strict=True) if m.id is not None}
         return final
 
     # -- BaseCheckpointSaver ----------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._loaded(await self.base.aget_tuple(config))
+        try:
+            return await self._loaded(await self.base.aget_tuple(config))
+        except LedgerCorrupt:
+            # read again: the thread may have been deleted or pruned (by another replica)
+            # between reading its checkpoint and reading its rows
+            return await self._loaded(await self.base.aget_tuple(config))
 
     async def alist(
         self,
@@ -231,7 +240,12 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         async for item in self.base.alist(config, filter=filter, before=before, limit=limit):
-            loaded = await self._loaded(item)
+            try:
+                loaded = await self._loaded(item)
+            except LedgerCorrupt:
+                if await self.base.aget_tuple(item.config) is None:
+                    continue  # deleted or pruned while listed
+                raise
             assert loaded is not None
             yield loaded
 
@@ -274,7 +288,14 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         await self.base.adelete_thread(thread_id)
         async with self.pool.connection() as conn:
             await conn.execute(f"DELETE FROM {TABLE} WHERE thread_id = %s", (str(thread_id),))
-        self._threads.pop(str(thread_id), None)
+        self._drop(str(thread_id))
+
+    def _drop(self, thread_id: str) -> None:
+        """Forget a deleted thread, and its message objects."""
+        entry = self._threads.pop(thread_id, None)
+        if entry is not None:
+            for seq in entry.head.values():
+                self._messages.pop(seq, None)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self.base.aprune(thread_ids, strategy=strategy)
@@ -284,7 +305,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
                     await conn.execute(
                         f"DELETE FROM {TABLE} WHERE thread_id = %s", (str(thread_id),)
                     )
-                self._threads.pop(str(thread_id), None)
+                self._drop(str(thread_id))
             return
         for thread_id in thread_ids:
             entry = self._threads.get(str(thread_id))
