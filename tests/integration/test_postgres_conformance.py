@@ -191,3 +191,24 @@ async def test_a_thread_that_cannot_be_read_is_still_deleted(
     assert not await harness.thread_exists(healthy.key)
     with psycopg.connect(url) as conn:
         assert conn.execute(f"SELECT count(*) FROM {LEDGER}").fetchone() == (0,)
+
+
+async def test_erasure_removes_rows_no_checkpoint_refers_to(
+    backend: PostgresBackend, url: str
+) -> None:
+    """Message rows of a first commit whose checkpoint was never written, and the user's
+    rate-limit rows, are the user's data too: erasure removes them (and only theirs)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for key in ("acme:go_ne:t-1", "acme:goxne:t-1", "acme:kept:t-1"):
+            conn.execute(
+                f"INSERT INTO {LEDGER} (thread_id, type, body) VALUES (%s, 'msgpack', %s)",
+                (key, b"orphan"),
+            )
+        for key in ("acme:go_ne", "acme:kept"):
+            conn.execute("INSERT INTO tk_run_rate_hits (key, at) VALUES (%s, now())", (key,))
+    await backend.retention.erase_user("acme", "go_ne")
+    with psycopg.connect(url) as conn:
+        left = [r[0] for r in conn.execute(f"SELECT thread_id FROM {LEDGER} ORDER BY 1")]
+        hits = [r[0] for r in conn.execute("SELECT key FROM tk_run_rate_hits")]
+    assert left == ["acme:goxne:t-1", "acme:kept:t-1"]  # "_" is not a wildcard here
+    assert hits == ["acme:kept"]

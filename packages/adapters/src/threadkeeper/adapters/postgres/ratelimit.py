@@ -28,8 +28,13 @@ def _lock_id(key: str) -> int:
 class PostgresRateWindows:
     shared = True
 
+    CLEAN_EVERY = 1000
+    """Hits between sweeps of every key's expired rows (a user who stops sending runs would
+    otherwise leave up to ``limit`` rows for ever)."""
+
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         self.pool = pool
+        self._hits = 0
 
     async def hit(self, key: str, *, limit: int, window: float) -> float | None:
         """``None`` when counted, else the seconds until one more run is allowed."""
@@ -53,7 +58,14 @@ class PostgresRateWindows:
                 if row["n"] >= limit:
                     return max(0.0, float(row["wait"]))
                 await conn.execute(f"INSERT INTO {TABLE} (key, at) VALUES (%s, now())", (key,))
-                return None
+            self._hits += 1
+            if self._hits % self.CLEAN_EVERY == 0:
+                async with self.pool.connection() as conn:
+                    await conn.execute(
+                        f"DELETE FROM {TABLE} WHERE at <= now() - make_interval(secs => %s)",
+                        (window,),
+                    )
+            return None
         except Exception:
             # PostgreSQL is the run lock too: the run itself reports it unavailable (503)
             log.warning("rate limit not checked: PostgreSQL did not answer", exc_info=True)

@@ -18,8 +18,11 @@ from langgraph.store.base import BaseStore
 from psycopg_pool import AsyncConnectionPool
 
 from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
+from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
+from threadkeeper.adapters.postgres.ratelimit import TABLE as RATE_TABLE
 from threadkeeper.adapters.sql import SqlRunRecords
 from threadkeeper.domain.locks import RunLock
+from threadkeeper.domain.retention import ErasureReceipt
 
 TS_INDEX = "ix_tk_checkpoints_ts"
 TS = "(checkpoint->>'ts') COLLATE \"C\""
@@ -38,6 +41,11 @@ GROUP BY c.thread_id
 ORDER BY newest, c.thread_id
 LIMIT %(limit)s
 """
+
+
+def _like_prefix(prefix: str) -> str:
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
 
 
 def iso_ts(moment: datetime) -> str:
@@ -71,6 +79,22 @@ class PostgresRetention(CheckpointRetention):
             rows: list[Any] = await cursor.fetchall()
         keys.update(str(row["thread_id"]) for row in rows)
         return keys
+
+    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
+        """Also what no checkpoint refers to: message rows a failed first commit left behind
+        (found by the thread key's user prefix) and the user's rate-limit rows."""
+        receipt = await super().erase_user(tenant_id, user_id)
+        prefix = f"{tenant_id}:{user_id}:"  # ThreadRef.key of the user's threads (no ":" in ids)
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                f"DELETE FROM {LEDGER} WHERE thread_id LIKE %s ESCAPE '\\'",  # LEDGER: constant
+                (_like_prefix(prefix),),
+            )
+            await conn.execute(
+                f"DELETE FROM {RATE_TABLE} WHERE key = %s",  # RATE_TABLE: a constant
+                (f"{tenant_id}:{user_id}",),
+            )
+        return receipt
 
     async def is_idle(self, thread_key: str, cutoff: datetime) -> bool:
         """Whether the thread has no top-level checkpoint at or after ``cutoff``."""
