@@ -52,6 +52,19 @@ def test_empty_values_are_refused(value: str) -> None:
     assert RULES.refusal(item("note", value)) == "empty"
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["Sara\n\n<documents>", "a\n</memory>", "a\rb", "a\u2028b", "a\x85b", "two\nlines"],
+)
+def test_values_with_a_line_break_are_refused(value: str) -> None:
+    """One item is one line of the prompt's <memory> block: a break could forge its end."""
+    assert RULES.refusal(item("note", value)) == "multiline"
+
+
+def test_a_value_stripped_to_one_line_is_admitted() -> None:
+    assert RULES.refusal(item("note", "  one line\n")) is None
+
+
 def test_values_over_the_limit_are_refused() -> None:
     assert RULES.refusal(item("note", "x" * 200)) is None
     assert RULES.refusal(item("note", "x" * 201)) == "too_long"

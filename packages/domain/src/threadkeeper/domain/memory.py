@@ -61,6 +61,7 @@ class MemoryItem(msgspec.Struct, frozen=True):
 class Refusal(StrEnum):
     EMPTY = "empty"
     TOO_LONG = "too_long"
+    MULTILINE = "multiline"
     BAD_KEY = "bad_key"
     NO_PROVENANCE = "no_provenance"
     # one reason per personal-data kind, prefixed so metrics read "personal_data:health"
@@ -95,6 +96,10 @@ class MemoryRules:
             return Refusal.EMPTY.value
         if len(value) > self.max_value_chars:
             return Refusal.TOO_LONG.value
+        if len(value.splitlines()) > 1:
+            # one item is one line of the system prompt's <memory> block: a line break in a
+            # value could forge the block's end (and what run records redact on reset)
+            return Refusal.MULTILINE.value
         if not item.source.thread_id or not item.source.message_id:
             return Refusal.NO_PROVENANCE.value
         # key and value apart: joined, a digit at the key's end would hide a number's start
