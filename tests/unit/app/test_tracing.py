@@ -108,6 +108,20 @@ async def test_no_content_and_no_user_id_by_default(
         assert "gen_ai.input.messages" not in (span.attributes or {})
 
 
+async def test_no_path_of_any_request_reaches_a_span(client: AsyncTestClient[Litestar]) -> None:
+    """Paths hold user and thread ids: matched routes are named by their template, unmatched
+    ones by the method alone, and the path attributes are emptied."""
+    assert (await client.patch(f"/v1/users/{USER}/memory")).status_code == 405
+    assert (await client.get(f"/v1/users/{USER}/nothing-here")).status_code == 404
+    assert (await client.get(f"/v1/users/{USER}/memory")).status_code == 200
+    servers = [s for s in EXPORTER.get_finished_spans() if s.kind is trace.SpanKind.SERVER]
+    assert len(servers) == 3
+    assert sorted(s.name for s in servers) == ["GET", "GET /v1/users/{user_id}/memory", "PATCH"]
+    for span in servers:
+        assert USER not in span.name
+        assert all(USER not in str(v) for v in (span.attributes or {}).values()), span.attributes
+
+
 async def test_content_is_recorded_when_asked_for(
     client: AsyncTestClient[Litestar], monkeypatch: pytest.MonkeyPatch
 ) -> None:

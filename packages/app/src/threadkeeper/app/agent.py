@@ -44,7 +44,7 @@ from opentelemetry import trace as otel_trace
 
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.app.builtin_model import escalation_due
-from threadkeeper.app.telemetry import ModelCallTracing, capture_content, tracer
+from threadkeeper.app.telemetry import ModelCallTracing, capture_content, record_failure, tracer
 from threadkeeper.domain.history import Window
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
 from threadkeeper.domain.tokens import message_text
@@ -209,7 +209,9 @@ class ThreadContextMiddleware(AgentMiddleware[AgentState]):
         write({"stage": "retrieval", "status": "start"})
         query = newest_human_text(state["messages"])
         with tracer().start_as_current_span(
-            "threadkeeper.retrieve", attributes={"threadkeeper.tenant_id": tenant_id}
+            "threadkeeper.retrieve",
+            attributes={"threadkeeper.tenant_id": tenant_id},
+            record_exception=False,
         ) as span:
             found = self.knowledge.search(tenant_id, query, k=RETRIEVE_K) if query else []
             span.set_attribute("threadkeeper.retrieve.chunk_ids", [h.chunk.chunk_id for h in found])
@@ -287,8 +289,14 @@ class ThreadContextMiddleware(AgentMiddleware[AgentState]):
             },
         )
         try:
-            with otel_trace.use_span(span, end_on_exit=True, record_exception=True):
-                result = await handler(request)
+            with otel_trace.use_span(
+                span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+            ):
+                try:
+                    result = await handler(request)
+                except BaseException as exc:
+                    record_failure(span, exc)
+                    raise
                 if not (isinstance(result, ToolMessage) and result.status == "error"):
                     status = "success"
                 span.set_attribute("threadkeeper.tool.status", status)

@@ -295,6 +295,8 @@ class RunService:
         copies the request's context)."""
         with tracer().start_as_current_span(
             "threadkeeper.run",
+            record_exception=False,  # messages can hold thread keys: record_failure instead
+            set_status_on_exception=False,
             attributes={
                 "threadkeeper.run_id": run.run_id,
                 "threadkeeper.tenant_id": ref.tenant_id,
@@ -351,7 +353,9 @@ class RunService:
                         self._round(run.run_id, ref, human, answer, values), trace.tools
                     )
                 try:
-                    with tracer().start_as_current_span("threadkeeper.commit"):
+                    with tracer().start_as_current_span(
+                        "threadkeeper.commit", record_exception=False
+                    ):
                         committed = await self.saver.commit(staging)
                 except BaseException:
                     if self.archive is not None:

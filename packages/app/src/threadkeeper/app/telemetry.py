@@ -107,6 +107,8 @@ class ModelCallTracing(AgentMiddleware[Any]):
         with tracer().start_as_current_span(
             f"chat {self.model_name}",
             kind=trace.SpanKind.CLIENT,
+            record_exception=False,  # messages can hold content: record_failure instead
+            set_status_on_exception=False,
             attributes={
                 "gen_ai.operation.name": "chat",
                 "gen_ai.request.model": self.model_name,
@@ -118,7 +120,11 @@ class ModelCallTracing(AgentMiddleware[Any]):
                 sent: list[BaseMessage] = [request.system_message] if request.system_message else []
                 sent.extend(request.messages)
                 span.set_attribute("gen_ai.input.messages", _messages_json(sent))
-            response = await handler(request)
+            try:
+                response = await handler(request)
+            except BaseException as exc:
+                record_failure(span, exc)
+                raise
             answers = [m for m in response.result if isinstance(m, AIMessage)]
             usage = answers[-1].usage_metadata if answers else None
             if usage:
@@ -132,5 +138,7 @@ class ModelCallTracing(AgentMiddleware[Any]):
 
 
 def record_failure(span: trace.Span, exc: BaseException) -> None:
-    span.record_exception(exc)
+    """Mark ``span`` failed with the exception's type only: messages can hold thread keys
+    (``tenant:user:thread``) and content."""
+    span.add_event("exception", {"exception.type": type(exc).__name__})
     span.set_status(Status(StatusCode.ERROR, type(exc).__name__))

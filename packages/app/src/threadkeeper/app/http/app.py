@@ -99,6 +99,8 @@ class ThreadkeeperHttpPlugin(InitPlugin):
             OpenTelemetryConfig(
                 exclude=["^/metrics$", "^/health/", "^/schema"],
                 exclude_spans=["send", "receive"],
+                scope_span_details_extractor=unrouted_span_details,
+                server_request_hook_handler=without_path,
             ).middleware
         )
 
@@ -106,6 +108,19 @@ class ThreadkeeperHttpPlugin(InitPlugin):
         app_config.on_startup.extend(self._settings.on_startup)
         app_config.on_shutdown.extend(self._settings.on_shutdown)
         app_config.lifespan.extend(self._settings.lifespan)
+
+
+def unrouted_span_details(scope: Any) -> tuple[str, dict[str, Any]]:
+    """The server span's name before routing: the method alone (``name_server_span`` names it
+    by route once one matches; a request that matches none keeps this name)."""
+    return str(scope.get("method", "")).strip() or "HTTP", {}
+
+
+def without_path(span: trace.Span, scope: dict[str, Any]) -> None:
+    """Keep the request path — it holds thread and user ids — out of the server span."""
+    if span.is_recording():
+        span.set_attribute("http.target", "")
+        span.set_attribute("http.url", f"{scope.get('scheme', 'http')}://")
 
 
 def name_server_span(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
