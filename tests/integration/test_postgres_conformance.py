@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
+from psycopg_pool import PoolTimeout
 from sqlalchemy import text
 
 from tests.conformance.retention import RetentionConformance
@@ -212,3 +213,17 @@ async def test_erasure_removes_rows_no_checkpoint_refers_to(
         hits = [r[0] for r in conn.execute("SELECT key FROM tk_run_rate_hits")]
     assert left == ["acme:goxne:t-1", "acme:kept:t-1"]  # "_" is not a wildcard here
     assert hits == ["acme:kept"]
+
+
+async def test_an_unreachable_server_is_not_reported_as_capacity() -> None:
+    """A lock pool that cannot connect at all times out too; that is an outage (503
+    ``unavailable``), not a replica at capacity."""
+    pool = _pool("postgresql://postgres@127.0.0.1:1/test", min_size=0, max_size=2)
+    await pool.open(wait=False)
+    try:
+        lock = AdvisoryRunLock(pool, acquire_timeout=0.5)
+        with pytest.raises(PoolTimeout):
+            async with lock.hold("acme:u:t", "run-1"):
+                pytest.fail("held a lock without a server")
+    finally:
+        await pool.close()

@@ -71,7 +71,7 @@ async def hold_when_free(
     holder: str,
     *,
     wait_seconds: float = DELETE_WAIT_SECONDS,
-    poll: float = 0.05,
+    poll: float = 0.2,
 ) -> AsyncIterator[None]:
     """Hold ``thread_key`` as ``holder``, waiting up to ``wait_seconds`` for the run that
     holds it to finish.

@@ -97,6 +97,8 @@ class AdvisoryRunLock(RunLock):
         try:
             conn = await self.pool.getconn(timeout=self.acquire_timeout)
         except PoolTimeout as exc:
+            if self.pool.get_stats().get("pool_size", 0) < self.pool.max_size:
+                raise  # the pool could not even connect: the server is unreachable (503)
             raise AtCapacity(
                 f"{self.pool.max_size} runs are in flight on this replica; retry shortly"
             ) from exc
