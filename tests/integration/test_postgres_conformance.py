@@ -227,3 +227,24 @@ async def test_an_unreachable_server_is_not_reported_as_capacity() -> None:
                 pytest.fail("held a lock without a server")
     finally:
         await pool.close()
+
+
+def test_the_ledger_migration_refuses_to_downgrade_over_stored_messages(url: str) -> None:
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from threadkeeper.adapters import migrations
+    from threadkeeper.adapters.postgres import sqlalchemy_url
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {LEDGER} (thread_id, type, body) VALUES ('a:u:t', 'msgpack', 'x')"
+        )
+    engine = create_engine(sqlalchemy_url(url))
+    try:
+        with engine.begin() as conn, pytest.raises(RuntimeError, match="unreadable"):
+            command.downgrade(migrations.config(conn), "0002")
+        with engine.connect() as conn:
+            assert migrations.current(conn) == "0003"
+    finally:
+        engine.dispose()

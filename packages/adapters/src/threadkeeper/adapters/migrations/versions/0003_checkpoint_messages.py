@@ -60,7 +60,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
+    bind = op.get_bind()
+    if bind.execute(sa.text("SELECT 1 FROM tk_checkpoint_messages LIMIT 1")).first() is not None:
+        raise RuntimeError(
+            "tk_checkpoint_messages holds the messages of threads whose checkpoints refer to "
+            "them: dropping it would make those threads unreadable. Not downgraded."
+        )
+    if bind.dialect.name == "postgresql":
         op.execute("DROP INDEX IF EXISTS ix_tk_checkpoints_ts")
     op.drop_table("tk_run_rate_hits")
     op.drop_table("tk_checkpoint_messages")
