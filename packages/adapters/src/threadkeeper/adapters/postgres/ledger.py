@@ -14,8 +14,10 @@ Postgres saver and changes only how that one channel is stored:
   so a cached object can never be stale, whichever replica wrote the thread meanwhile), and
   from one ``seq = ANY(…)`` query for what the cache lacks (another replica's writes, a
   restart). The cache is an LRU of ``cache_messages`` message objects (20,000 by default: the
-  messages of 50 threads of 200 turns; a ~900-byte message object takes ~3 KB, so ~60 MB);
-  it is the only place message objects are kept.
+  messages of 50 threads of 200 turns; a ~900-byte message object takes ~3 KB, so ~60 MB),
+  plus, for the ``hot_threads`` (64) most recently used threads, the last list read or
+  written: a turn that starts from it resolves and stores that prefix by identity, so the
+  time per turn does not grow with the thread.
 - ``aprune(keep_latest)`` prunes the checkpoints, then deletes message rows the newest
   checkpoint no longer refers to — only for threads where this process replaced or dropped a
   message, or failed to store a checkpoint after storing its messages (append-only threads have
@@ -98,14 +100,19 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         *,
         cache_messages: int = 20_000,
         cache_threads: int = 2_000,
+        hot_threads: int = 64,
     ) -> None:
         super().__init__(serde=base.serde)
         self.base = base
         self.pool = pool
         self._messages: OrderedDict[int, BaseMessage] = OrderedDict()
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
+        self._hot: OrderedDict[str, tuple[list[int], list[BaseMessage]]] = OrderedDict()
+        """The last list read or written, per recently used thread: a turn that starts from
+        it resolves and stores its prefix by identity, without a per-message lookup."""
         self._max_messages = cache_messages
         self._max_threads = cache_threads
+        self._max_hot = hot_threads
 
     # -- cache ------------------------------------------------------------------------------
 
@@ -125,14 +132,25 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         if len(self._messages) > self._max_messages:
             self._messages.popitem(last=False)
 
+    def _set_hot(self, thread_id: str, seqs: list[int], messages: list[BaseMessage]) -> None:
+        self._hot[thread_id] = (seqs, messages)
+        self._hot.move_to_end(thread_id)
+        if len(self._hot) > self._max_hot:
+            self._hot.popitem(last=False)
+
     def forget(self) -> None:
         """Drop the in-process cache (tests and benchmarks: what a fresh replica sees)."""
         self._messages.clear()
         self._threads.clear()
+        self._hot.clear()
 
     # -- refs -> messages -------------------------------------------------------------------
 
     async def _resolve(self, thread_id: str, seqs: list[int]) -> list[BaseMessage]:
+        hot = self._hot.get(thread_id)
+        if hot is not None and hot[0] == seqs:  # what this process last read or wrote
+            self._hot.move_to_end(thread_id)
+            return list(hot[1])
         found: dict[int, BaseMessage] = {}
         missing: list[int] = []
         for seq in seqs:
@@ -163,6 +181,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
             self._remember(seq, found[seq])
         entry = self._thread(thread_id)
         entry.head = {m.id: seq for seq, m in zip(seqs, messages, strict=True) if m.id is not None}
+        self._set_hot(thread_id, list(seqs), list(messages))
         return messages
 
     async def _loaded(self, item: CheckpointTuple | None) -> CheckpointTuple | None:
@@ -181,7 +200,17 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         entry = self._thread(thread_id)
         seqs: list[int | None] = []
         new: list[tuple[int, BaseMessage]] = []  # (position, message)
-        for position, message in enumerate(messages):
+        start = 0
+        hot = self._hot.get(thread_id)
+        if (
+            hot is not None
+            and len(messages) >= len(hot[1])
+            and all(a is b for a, b in zip(messages, hot[1], strict=False))
+        ):
+            seqs.extend(hot[0])  # the same objects as last time: the same rows
+            start = len(hot[1])
+        for position in range(start, len(messages)):
+            message = messages[position]
             known = entry.head.get(message.id) if message.id is not None else None
             cached = self._messages.get(known) if known is not None else None
             if (
@@ -219,6 +248,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         ):  # replaced or dropped: old rows are garbage
             entry.dirty = True
         entry.head = {m.id: seq for seq, m in zip(final, messages, strict=True) if m.id is not None}
+        self._set_hot(thread_id, final, list(messages))
         return final
 
     # -- BaseCheckpointSaver ----------------------------------------------------------------
@@ -292,6 +322,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
 
     def _drop(self, thread_id: str) -> None:
         """Forget a deleted thread, and its message objects."""
+        self._hot.pop(thread_id, None)
         entry = self._threads.pop(thread_id, None)
         if entry is not None:
             for seq in entry.head.values():
