@@ -285,3 +285,19 @@ async def test_a_small_cache_still_gives_the_whole_history_and_stores_nothing_tw
     rows = _rows(url, "t")
     assert len(rows) == 8
     assert sorted(_stored_refs(url, "t")) == [seq for seq, _ in rows]  # refs: message order
+
+
+async def test_the_hot_lists_stay_within_the_message_cache_bound(
+    pool: AsyncConnectionPool[Any], url: str
+) -> None:
+    replica = Replica(pool, [f"a{i}" for i in range(6)])
+    replica.ledger = MessageLedger(AsyncPostgresSaver(pool), pool, cache_messages=5)
+    replica.atomic = AtomicSaver(replica.ledger)
+    replica.agent = create_agent(replica.model, checkpointer=replica.atomic)
+    for thread in ("t1", "t2", "t3"):
+        await replica.turn(thread, "q1")
+        await replica.turn(thread, "q2")
+    assert replica.ledger._hot_messages <= 5
+    assert sum(len(m) for _, m in replica.ledger._hot.values()) == replica.ledger._hot_messages
+    for thread in ("t1", "t2", "t3"):  # whatever was evicted, the threads read back whole
+        assert len(await Replica(pool, []).messages(thread)) == 4

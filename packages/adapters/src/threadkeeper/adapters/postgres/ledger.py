@@ -15,9 +15,9 @@ Postgres saver and changes only how that one channel is stored:
   from one ``seq = ANY(…)`` query for what the cache lacks (another replica's writes, a
   restart). The cache is an LRU of ``cache_messages`` message objects (20,000 by default: the
   messages of 50 threads of 200 turns; a ~900-byte message object takes ~3 KB, so ~60 MB),
-  plus, for the ``hot_threads`` (64) most recently used threads, the last list read or
-  written: a turn that starts from it resolves and stores that prefix by identity, so the
-  time per turn does not grow with the thread.
+  plus, for the ``hot_threads`` (64) most recently used threads — at most ``cache_messages``
+  messages in all — the last list read or written: a turn that starts from it resolves and
+  stores that prefix by identity, so the time per turn does not grow with the thread.
 - ``aprune(keep_latest)`` prunes the checkpoints, then deletes message rows the newest
   checkpoint no longer refers to — only for threads where this process replaced or dropped a
   message, or failed to store a checkpoint after storing its messages (append-only threads have
@@ -113,6 +113,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         self._max_messages = cache_messages
         self._max_threads = cache_threads
         self._max_hot = hot_threads
+        self._hot_messages = 0
 
     # -- cache ------------------------------------------------------------------------------
 
@@ -133,16 +134,25 @@ class MessageLedger(BaseCheckpointSaver[Any]):
             self._messages.popitem(last=False)
 
     def _set_hot(self, thread_id: str, seqs: list[int], messages: list[BaseMessage]) -> None:
+        previous = self._hot.pop(thread_id, None)
+        if previous is not None:
+            self._hot_messages -= len(previous[1])
         self._hot[thread_id] = (seqs, messages)
-        self._hot.move_to_end(thread_id)
-        if len(self._hot) > self._max_hot:
-            self._hot.popitem(last=False)
+        self._hot_messages += len(messages)
+        # bounded by threads and by messages: a few very long threads must not hold more
+        # objects than the message cache itself
+        while self._hot and (
+            len(self._hot) > self._max_hot or self._hot_messages > self._max_messages
+        ):
+            _, (_, dropped) = self._hot.popitem(last=False)
+            self._hot_messages -= len(dropped)
 
     def forget(self) -> None:
         """Drop the in-process cache (tests and benchmarks: what a fresh replica sees)."""
         self._messages.clear()
         self._threads.clear()
         self._hot.clear()
+        self._hot_messages = 0
 
     # -- refs -> messages -------------------------------------------------------------------
 
@@ -322,7 +332,9 @@ class MessageLedger(BaseCheckpointSaver[Any]):
 
     def _drop(self, thread_id: str) -> None:
         """Forget a deleted thread, and its message objects."""
-        self._hot.pop(thread_id, None)
+        hot = self._hot.pop(thread_id, None)
+        if hot is not None:
+            self._hot_messages -= len(hot[1])
         entry = self._threads.pop(thread_id, None)
         if entry is not None:
             for seq in entry.head.values():
