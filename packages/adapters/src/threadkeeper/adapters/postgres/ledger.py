@@ -253,9 +253,8 @@ class MessageLedger(BaseCheckpointSaver[Any]):
                 seqs[position] = seq
                 self._remember(seq, message)
         final = [s for s in seqs if s is not None]
-        if not set(entry.head.values()).issubset(
-            final
-        ):  # replaced or dropped: old rows are garbage
+        previous = set(entry.head.values())
+        if not previous.issubset(final):  # a message replaced or dropped: its old row is garbage
             entry.dirty = True
         entry.head = {m.id: seq for seq, m in zip(final, messages, strict=True) if m.id is not None}
         self._set_hot(thread_id, final, list(messages))
