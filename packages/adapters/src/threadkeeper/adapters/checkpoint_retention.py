@@ -8,7 +8,6 @@ a user's threads are found both there and through checkpoint metadata (``user_id
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -18,17 +17,12 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from threadkeeper.adapters.sql import SqlRunRecords
-from threadkeeper.domain.locks import RunLock, hold_when_free
+from threadkeeper.domain.locks import RunLock
 from threadkeeper.domain.memory import user_namespace
-from threadkeeper.domain.retention import ErasureReceipt, Retention
+from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
 from threadkeeper.domain.tokens import message_text
 
 log = logging.getLogger(__name__)
-
-
-def deletion_holder() -> str:
-    """What a run refused while a deletion holds its thread is told is running."""
-    return f"deletion-{uuid.uuid4().hex[:12]}"
 
 
 def transcript_count(messages: Sequence[BaseMessage]) -> int:
@@ -54,7 +48,7 @@ async def delete_store_prefix(store: BaseStore, prefix: tuple[str, ...]) -> int:
     return deleted
 
 
-class CheckpointRetention(Retention):
+class CheckpointRetention(HeldDeletion):
     def __init__(
         self,
         saver: BaseCheckpointSaver[Any],
@@ -65,9 +59,7 @@ class CheckpointRetention(Retention):
         self.saver = saver
         self.store = store
         self.runs = runs
-        self.lock = lock
-        """Deletions hold the thread's run lock (``hold_when_free``), so that a run in flight
-        cannot commit into a thread being deleted."""
+        self.lock = lock  # deletions hold the thread's run lock (HeldDeletion)
 
     async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
         return [row[0] for row in await self.runs.thread_activity(cutoff, limit=limit)]
@@ -84,39 +76,16 @@ class CheckpointRetention(Retention):
             return 0, False
         return transcript_count(found.checkpoint["channel_values"].get("messages", [])), True
 
-    async def delete_thread(
-        self, thread_key: str, *, idle_before: datetime | None = None
-    ) -> ErasureReceipt:
-        if self.lock is None:
-            return await self._delete_if_idle(thread_key, idle_before)
-        async with hold_when_free(self.lock, thread_key, deletion_holder()):
-            return await self._delete_if_idle(thread_key, idle_before)
-
-    async def _delete_if_idle(
-        self, thread_key: str, idle_before: datetime | None
-    ) -> ErasureReceipt:
-        if idle_before is not None and not await self.is_idle(thread_key, idle_before):
-            return ErasureReceipt()  # a run added a round since the thread was listed
-        return await self._delete_thread(thread_key)
-
     async def is_idle(self, thread_key: str, cutoff: datetime) -> bool:
         """Whether the thread's newest activity (its newest run) is before ``cutoff``."""
         newest = await self.runs.thread_newest(thread_key)
         return newest is None or newest < cutoff
 
-    async def _delete_thread(self, thread_key: str) -> ErasureReceipt:
+    async def _delete_held(self, thread_key: str) -> ErasureReceipt:
         messages, exists = await self._messages(thread_key)
         await self.saver.adelete_thread(thread_key)
         runs, feedback = await self.runs.delete_thread(thread_key)
         return ErasureReceipt(threads=int(exists or runs > 0), messages=messages, feedback=feedback)
-
-    async def delete_threads(
-        self, thread_keys: Sequence[str], *, idle_before: datetime | None = None
-    ) -> ErasureReceipt:
-        total = ErasureReceipt()
-        for key in thread_keys:
-            total = total + await self.delete_thread(key, idle_before=idle_before)
-        return total
 
     async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:
         keys = set(await self.runs.user_threads(tenant_id, user_id))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from threadkeeper.domain.errors import InvalidDuration
+from threadkeeper.domain.locks import RunLock, hold_when_free
 
 
 class ErasureReceipt(msgspec.Struct):
@@ -59,6 +61,51 @@ class Retention(ABC):
     @abstractmethod
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
         """Delete every thread, memory item, feedback and run record of the user."""
+
+
+class HeldDeletion(Retention):
+    """Deletion of threads under their run lock, shared by the storage adapters.
+
+    Each thread is deleted while its deletion holds the thread's run lock
+    (``hold_when_free``: a run in flight commits first, a new one is refused), so a run can
+    never write a deleted thread back; with ``idle_before`` (retention) the thread is
+    deleted only if ``is_idle`` still says so once it is held. Subclasses say how a thread's
+    activity is read (``is_idle``) and what deleting one removes (``_delete_held``).
+    """
+
+    lock: RunLock | None = None
+
+    @abstractmethod
+    async def is_idle(self, thread_key: str, cutoff: datetime) -> bool:
+        """Whether the thread's newest activity is before ``cutoff``."""
+
+    @abstractmethod
+    async def _delete_held(self, thread_key: str) -> ErasureReceipt:
+        """Delete the thread with everything that belongs to it (its lock is held)."""
+
+    async def delete_thread(
+        self, thread_key: str, *, idle_before: datetime | None = None
+    ) -> ErasureReceipt:
+        if self.lock is None:
+            return await self._delete_if_idle(thread_key, idle_before)
+        holder = f"deletion-{uuid.uuid4().hex[:12]}"  # what a refused run is told is running
+        async with hold_when_free(self.lock, thread_key, holder):
+            return await self._delete_if_idle(thread_key, idle_before)
+
+    async def _delete_if_idle(
+        self, thread_key: str, idle_before: datetime | None
+    ) -> ErasureReceipt:
+        if idle_before is not None and not await self.is_idle(thread_key, idle_before):
+            return ErasureReceipt()  # a run added a round since the thread was listed
+        return await self._delete_held(thread_key)
+
+    async def delete_threads(
+        self, thread_keys: Sequence[str], *, idle_before: datetime | None = None
+    ) -> ErasureReceipt:
+        total = ErasureReceipt()
+        for key in thread_keys:
+            total = total + await self.delete_thread(key, idle_before=idle_before)
+        return total
 
 
 async def sweep(

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,14 +36,14 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
-from threadkeeper.adapters.checkpoint_retention import delete_store_prefix, deletion_holder
+from threadkeeper.adapters.checkpoint_retention import delete_store_prefix
 from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
 from threadkeeper.adapters.redis_mysql.lock import RedisRunLock
 from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
 from threadkeeper.adapters.sql import SqlRunRecords
-from threadkeeper.domain.locks import RunLock, hold_when_free
+from threadkeeper.domain.locks import RunLock
 from threadkeeper.domain.memory import user_namespace
-from threadkeeper.domain.retention import ErasureReceipt, Retention
+from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
 
 __all__ = [
     "ArchiveRetention",
@@ -170,7 +170,7 @@ async def migrate_redis_mysql(url: str) -> list[str]:
     return steps
 
 
-class ArchiveRetention(Retention):
+class ArchiveRetention(HeldDeletion):
     """Retention where the archive is the record and Redis a cache of recent context.
 
     A thread's activity is its newest archived message; deleting a thread removes its archive
@@ -195,38 +195,18 @@ class ArchiveRetention(Retention):
     async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
         return await self.archive.idle_threads(cutoff, limit=limit)
 
-    async def delete_thread(
-        self, thread_key: str, *, idle_before: datetime | None = None
-    ) -> ErasureReceipt:
-        if self.lock is None:
-            return await self._delete_if_idle(thread_key, idle_before)
-        async with hold_when_free(self.lock, thread_key, deletion_holder()):
-            return await self._delete_if_idle(thread_key, idle_before)
+    async def is_idle(self, thread_key: str, cutoff: datetime) -> bool:
+        """Whether the thread's newest archived message is before ``cutoff``."""
+        newest = await self.archive.newest(thread_key)
+        return newest is None or newest < cutoff
 
-    async def _delete_if_idle(
-        self, thread_key: str, idle_before: datetime | None
-    ) -> ErasureReceipt:
-        if idle_before is not None:
-            newest = await self.archive.newest(thread_key)
-            if newest is not None and newest >= idle_before:
-                return ErasureReceipt()  # a run added a round since the thread was listed
-        return await self._delete_thread(thread_key)
-
-    async def _delete_thread(self, thread_key: str) -> ErasureReceipt:
+    async def _delete_held(self, thread_key: str) -> ErasureReceipt:
         checkpoint = await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}})
         messages = await self.archive.delete_thread(thread_key)
         runs, feedback = await self.runs.delete_thread(thread_key)
         await self.saver.adelete_thread(thread_key)
         exists = messages > 0 or runs > 0 or checkpoint is not None
         return ErasureReceipt(threads=int(exists), messages=messages, feedback=feedback)
-
-    async def delete_threads(
-        self, thread_keys: Sequence[str], *, idle_before: datetime | None = None
-    ) -> ErasureReceipt:
-        total = ErasureReceipt()
-        for key in thread_keys:
-            total = total + await self.delete_thread(key, idle_before=idle_before)
-        return total
 
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
         keys = set(await self.archive.user_threads(tenant_id, user_id))
