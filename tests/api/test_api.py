@@ -122,6 +122,70 @@ async def test_a_completed_run_id_returns_its_stored_body(client: Client) -> Non
     assert len(page["messages"]) == 2
 
 
+async def test_a_run_id_is_an_idempotency_key_scoped_to_the_thread(client: Client) -> None:
+    """The same run_id in another thread, user or tenant is an independent run, stored like
+    any other (issue 9: redis-mysql answered 200 and never archived it); the other scope's
+    answer is never returned."""
+    run_id, name = str(uuid.uuid4()), thread()
+    first = await run(client, name, DENTAL, run_id=run_id)
+    scopes = [
+        (thread(), {}),  # another thread of the same user
+        (name, {"X-User-Id": "another-user"}),
+        (name, {"X-Tenant-Id": "another-tenant"}),
+    ]
+    for other_thread, headers in scopes:
+        response = await client.post(
+            f"/v1/threads/{other_thread}/runs",
+            json={"message": {"content": "How do I file a claim?"}, "run_id": run_id},
+            headers={"Accept": "application/json", **headers},
+        )
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["run_id"] == run_id
+        assert body["message"] != first["message"], "another scope's answer leaked"
+        page = await client.get(f"/v1/threads/{other_thread}/messages", headers=headers)
+        assert page.status_code == 200, page.text
+        humans = [m["content"] for m in page.json()["messages"] if m["role"] == "human"]
+        assert humans == ["How do I file a claim?"], "the round was stored in its own thread"
+    mine = (await client.get(f"/v1/threads/{name}/messages")).json()["messages"]
+    assert [m["content"] for m in mine if m["role"] == "human"] == [DENTAL]
+
+
+@pytest.mark.parametrize(
+    ("retry", "field"),
+    [
+        ({"content": "How do I file a claim?"}, "message.content"),
+        ({"content": DENTAL, "id": "m-other"}, "message.id"),
+    ],
+)
+async def test_a_run_id_reused_with_another_request_is_409(
+    client: Client, retry: dict[str, str], field: str
+) -> None:
+    name, run_id = thread(), str(uuid.uuid4())
+    await run(client, name, DENTAL, run_id=run_id)
+    response = await client.post(
+        f"/v1/threads/{name}/runs",
+        json={"message": retry, "run_id": run_id},
+        headers={"Accept": "application/json"},
+    )
+    assert response.status_code == 409, response.text
+    problem = response.json()
+    assert problem["type"] == "urn:threadkeeper:problem:idempotency-mismatch"
+    assert problem["field"] == field
+    assert DENTAL not in response.text, "the stored request is not echoed"
+    page = (await client.get(f"/v1/threads/{name}/messages")).json()
+    assert len(page["messages"]) == 2, "nothing new was stored"
+
+
+async def test_a_retry_with_the_same_message_id_returns_the_stored_answer(
+    client: Client,
+) -> None:
+    name, run_id = thread(), str(uuid.uuid4())
+    first = await run(client, name, DENTAL, run_id=run_id, message={"id": "m-7"})
+    again = await run(client, name, DENTAL, run_id=run_id, message={"id": "m-7"})
+    assert again == first
+
+
 async def test_a_message_id_already_in_the_thread_is_409(client: Client) -> None:
     name = thread()
     await run(client, name, DENTAL, message={"id": "m-1"})
@@ -179,10 +243,37 @@ async def test_a_body_that_is_not_json_is_400(client: Client) -> None:
     assert response.status_code == 400
 
 
-@pytest.mark.parametrize("limit", ["0", "101", "x"])
+@pytest.mark.parametrize("limit", ["0", "101", "x", "1e2", "2.0", " 5", "+5", "05x"])
 async def test_limit_out_of_range_is_422(client: Client, limit: str) -> None:
     response = await client.get("/v1/threads/ok/messages", params={"limit": limit})
-    assert response.status_code == 422
+    assert response.status_code == 422, response.text
+
+
+async def test_a_repeated_limit_is_422(client: Client) -> None:
+    response = await client.get("/v1/threads/ok/messages?limit=10&limit=20")
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["key"] == "limit"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"message": {"content": "caf\xc3\xa9 \xff"}}',  # invalid UTF-8 inside a string
+        b'{"message": {"content": "\xc0\xaf"}}',  # an overlong encoding of "/"
+        b'{"message": {"content": "\xed\xa0\x80"}}',  # a UTF-16 surrogate, encoded
+    ],
+)
+async def test_invalid_utf8_in_a_body_is_400(client: Client, raw: bytes) -> None:
+    body = raw.decode("unicode_escape").encode("latin-1")  # the bytes as written above
+    for path in ("/v1/threads/ok/runs", f"/v1/threads/ok/runs/{uuid.uuid4()}/feedback"):
+        if path.endswith("feedback"):
+            body = body.replace(b'{"message": {"content": ', b'{"score": 1, "comment": ')
+            body = body[:-1]
+        response = await client.post(
+            path, content=body, headers={"Content-Type": "application/json"}
+        )
+        assert response.status_code == 400, (path, response.status_code, response.text)
+        assert response.headers["content-type"].startswith("application/problem+json")
 
 
 async def test_delete_thread_is_204_also_when_gone(client: Client) -> None:

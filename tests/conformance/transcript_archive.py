@@ -70,6 +70,22 @@ class TranscriptArchiveConformance:
         assert await archive.append_round(retry) is False
         assert len((await archive.page(ref.key, limit=100)).messages) == 2
 
+    async def test_a_run_id_is_unique_per_thread_only(self, archive: TranscriptArchive) -> None:
+        """The same run_id in another thread, user or tenant is another round (issue 9: the
+        archive took it for a retry and lost the round)."""
+        run_id = str(uuid.uuid4())
+        first = new_ref("acme")
+        same_user_other_thread = ThreadRef(first.tenant_id, first.user_id, "t-other")
+        other_user = new_ref("acme")
+        other_tenant = ThreadRef("globex", first.user_id, first.thread_id)
+        refs = (first, same_user_other_thread, other_user, other_tenant)
+        rounds = [make_round(ref, i, run_id=run_id) for i, ref in enumerate(refs)]
+        for round_ in rounds:
+            assert await archive.append_round(round_) is True, round_.thread_key
+        for ref, round_ in zip(refs, rounds, strict=True):
+            page = await archive.page(ref.key, limit=100)
+            assert page.messages == [round_.human, round_.ai]
+
     async def test_pages_walk_back_to_the_beginning(self, archive: TranscriptArchive) -> None:
         ref = new_ref()
         rounds = [make_round(ref, i) for i in range(7)]

@@ -3,6 +3,7 @@ fresh migrated schema; the saver as threadkeeper configures it passes LangGraph'
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -11,25 +12,25 @@ from typing import Any
 import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
-from psycopg_pool import PoolTimeout
 from sqlalchemy import text
 
 from tests.conformance.retention import RetentionConformance
 from tests.conformance.run_lock import LockFactory, RunLockConformance
 from tests.conformance.run_records import RunRecordsConformance
+from tests.conformance.thread_lock import ThreadLockConformance, ThreadLockFactory
 from tests.support.postgres import fresh_schema
 from tests.support.retention import CheckpointRetentionHarness
 from threadkeeper.adapters.postgres import (
-    AdvisoryRunLock,
+    FAIL_FAST,
+    AdvisoryThreadLock,
     PostgresBackend,
     SchemaNotReady,
-    _pool,
     advisory_key,
     open_postgres,
 )
 from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
 from threadkeeper.adapters.postgres.retention import IDLE_THREADS, TS_INDEX, iso_ts
-from threadkeeper.domain.errors import AtCapacity
+from threadkeeper.domain.locks import RunFences
 from threadkeeper.domain.retention import sweep
 from threadkeeper.domain.runs import RunRecords
 from threadkeeper.domain.threads import ThreadRef
@@ -49,18 +50,31 @@ async def backend(url: str) -> AsyncIterator[PostgresBackend]:
         yield opened
 
 
-class TestAdvisoryRunLock(RunLockConformance):
-    """Clients on separate pools: separate replicas of the service."""
+@pytest.fixture
+async def replicas(url: str) -> AsyncIterator[list[AdvisoryThreadLock]]:
+    """Four lock clients, each with its own lock session: four replicas of the service."""
+    locks = [AdvisoryThreadLock(url, FAIL_FAST) for _ in range(4)]
+    yield locks
+    for lock in locks:
+        await lock.close()
+
+
+class TestAdvisoryThreadLock(RunLockConformance):
+    @pytest.fixture
+    def lock_factory(self, replicas: list[AdvisoryThreadLock]) -> LockFactory:
+        turn = itertools.count()
+        return lambda: replicas[next(turn) % len(replicas)]  # type: ignore[return-value]
+
+
+class TestAdvisoryThreadLockClaims(ThreadLockConformance):
+    @pytest.fixture
+    def thread_lock_factory(self, replicas: list[AdvisoryThreadLock]) -> ThreadLockFactory:
+        turn = itertools.count()
+        return lambda: replicas[next(turn) % len(replicas)]
 
     @pytest.fixture
-    async def lock_factory(self, url: str) -> AsyncIterator[LockFactory]:
-        pools = [_pool(url, min_size=1, max_size=25) for _ in range(4)]
-        for pool in pools:
-            await pool.open(wait=True)
-        turn = itertools.count()
-        yield lambda: AdvisoryRunLock(pools[next(turn) % len(pools)])
-        for pool in pools:
-            await pool.close()
+    def fences(self, backend: PostgresBackend) -> RunFences:
+        return backend.fences
 
 
 class TestPostgresRunRecords(RunRecordsConformance):
@@ -124,7 +138,7 @@ async def test_the_service_refuses_a_schema_behind_the_code(url: str) -> None:
     """A database migrated by an older release (Alembic one revision back) is refused too."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("UPDATE tk_alembic_version SET version_num = '0002'")
-    with pytest.raises(SchemaNotReady, match=r"at 0002, wanted 0003.*threadkeeper migrate"):
+    with pytest.raises(SchemaNotReady, match=r"at 0002, wanted 0004.*threadkeeper migrate"):
         async with open_postgres(url):
             pytest.fail("opened a schema behind the code")
 
@@ -147,23 +161,44 @@ async def test_erasure_finds_a_thread_through_checkpoint_metadata_alone(
     assert await harness.thread_exists(theirs.key)
 
 
-async def test_a_replica_out_of_lock_connections_answers_at_capacity(url: str) -> None:
-    """More runs in flight than the lock pool holds: the next one is refused as AtCapacity
-    (503 + Retry-After), not left waiting for a connection and reported as an outage."""
-    pool, queries = _pool(url, min_size=1, max_size=1), _pool(url, min_size=1, max_size=2)
-    await pool.open(wait=True)
-    await queries.open(wait=True)
+async def test_one_lock_session_holds_every_run_of_a_replica(url: str) -> None:
+    """A replica holds its threads' locks on one session, not one connection per run in
+    flight (which ran a busy replica out of connections): 60 runs hold their threads at once
+    and the server sees one lock session."""
+    lock = AdvisoryThreadLock(url, FAIL_FAST)
     try:
-        lock = AdvisoryRunLock(pool, query_pool=queries, acquire_timeout=0.2)
-        async with lock.hold("acme:u:one", "run-1"):
-            with pytest.raises(AtCapacity, match="1 runs are in flight"):
-                async with lock.hold("acme:u:two", "run-2"):
-                    pytest.fail("held a lock without a connection")
-        async with lock.hold("acme:u:two", "run-2"):  # the connection came back
-            assert await lock.holder("acme:u:two") == "run-2"
+        async with contextlib.AsyncExitStack() as stack:
+            for index in range(60):
+                await stack.enter_async_context(lock.hold(f"acme:u:t{index}", f"run-{index}"))
+            assert await lock.holder("acme:u:t59") == "run-59"
+            with psycopg.connect(url) as conn:
+                sessions = conn.execute(
+                    "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' AND "
+                    "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                ).fetchone()
+            assert sessions == (1,)
     finally:
-        await queries.close()
-        await pool.close()
+        await lock.close()
+
+
+async def test_a_lost_lock_session_frees_the_threads_and_fences_the_runs(
+    url: str, backend: PostgresBackend
+) -> None:
+    """The lock session dies mid-run (here: terminated by the server): another replica may
+    take the thread, and its claim fences the first run out of storing anything."""
+    first, second = AdvisoryThreadLock(url, FAIL_FAST), AdvisoryThreadLock(url, FAIL_FAST)
+    try:
+        async with first.hold("acme:u:t", "run-1", tenant_id="acme", user_id="u") as token:
+            assert first._session is not None
+            pid = first._session.info.backend_pid
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+            async with second.hold("acme:u:t", "run-2", tenant_id="acme", user_id="u") as newer:
+                assert not await backend.fences.holds("acme:u:t", token)
+                assert await backend.fences.holds("acme:u:t", newer)
+    finally:
+        await first.close()
+        await second.close()
 
 
 async def test_a_thread_that_cannot_be_read_is_still_deleted(
@@ -215,18 +250,15 @@ async def test_erasure_removes_rows_no_checkpoint_refers_to(
     assert hits == ["acme:kept"]
 
 
-async def test_an_unreachable_server_is_not_reported_as_capacity() -> None:
-    """A lock pool that cannot connect at all times out too; that is an outage (503
-    ``unavailable``), not a replica at capacity."""
-    pool = _pool("postgresql://postgres@127.0.0.1:1/test", min_size=0, max_size=2)
-    await pool.open(wait=False)
+async def test_an_unreachable_server_is_an_error_not_a_wait() -> None:
+    """A lock session that cannot connect fails (503 ``unavailable``), not waits."""
+    lock = AdvisoryThreadLock("postgresql://postgres@127.0.0.1:1/test", FAIL_FAST)
     try:
-        lock = AdvisoryRunLock(pool, acquire_timeout=0.5)
-        with pytest.raises(PoolTimeout):
+        with pytest.raises(psycopg.OperationalError):
             async with lock.hold("acme:u:t", "run-1"):
                 pytest.fail("held a lock without a server")
     finally:
-        await pool.close()
+        await lock.close()
 
 
 def test_the_ledger_migration_refuses_to_downgrade_over_stored_messages(url: str) -> None:
@@ -244,7 +276,7 @@ def test_the_ledger_migration_refuses_to_downgrade_over_stored_messages(url: str
     try:
         with engine.begin() as conn, pytest.raises(RuntimeError, match="unreadable"):
             command.downgrade(migrations.config(conn), "0002")
-        with engine.connect() as conn:
+        with engine.connect() as conn:  # 0004 stepped down; 0003 refused
             assert migrations.current(conn) == "0003"
     finally:
         engine.dispose()

@@ -142,13 +142,15 @@ async def test_tool_invocations_are_audited_apart_from_the_transcript(
     ]
     round_ = make_round(ref, 0)
     assert await backend.archive.append_round(round_, tools)
-    assert await backend.archive.invocations(round_.run_id) == tools
+    assert await backend.archive.invocations(ref.key, round_.run_id) == tools
     page = await backend.archive.page(ref.key, limit=100)
     assert [m.role for m in page.messages] == ["human", "ai"], "no tool rows in the transcript"
     assert not await backend.archive.append_round(round_, tools)
-    assert await backend.archive.invocations(round_.run_id) == tools, "a retry adds no audit"
+    assert await backend.archive.invocations(ref.key, round_.run_id) == tools, (
+        "a retry adds no audit"
+    )
     await backend.archive.delete_thread(ref.key)
-    assert await backend.archive.invocations(round_.run_id) == []
+    assert await backend.archive.invocations(ref.key, round_.run_id) == []
 
 
 async def test_a_round_is_all_or_nothing(backend: RedisMysqlBackend) -> None:

@@ -33,7 +33,7 @@ from langgraph.checkpoint.base import (
 
 
 @dataclass(slots=True)
-class _Put:
+class StagedPut:
     config: RunnableConfig
     checkpoint: Checkpoint
     metadata: CheckpointMetadata
@@ -41,7 +41,7 @@ class _Put:
 
 
 @dataclass(slots=True)
-class _Writes:
+class StagedWrites:
     config: RunnableConfig
     writes: list[tuple[str, Any]]
     task_id: str
@@ -53,8 +53,8 @@ class Staging:
     """The uncommitted checkpoint writes of one run on one thread."""
 
     thread_id: str
-    log: list[_Put | _Writes] = field(default_factory=list)
-    checkpoints: dict[str, tuple[RunnableConfig, _Put]] = field(default_factory=dict)
+    log: list[StagedPut | StagedWrites] = field(default_factory=list)
+    checkpoints: dict[str, tuple[RunnableConfig, StagedPut]] = field(default_factory=dict)
     writes: dict[str, list[tuple[str, str, Any]]] = field(default_factory=dict)
     latest: str | None = None
     committed: bool = False
@@ -95,7 +95,7 @@ class AtomicSaver(BaseCheckpointSaver[Any]):
         staging.committed = True
         last: RunnableConfig | None = None
         for op in staging.log:
-            if isinstance(op, _Put):
+            if isinstance(op, StagedPut):
                 last = await self.base.aput(op.config, op.checkpoint, op.metadata, op.new_versions)
             else:
                 await self.base.aput_writes(op.config, op.writes, op.task_id, op.task_path)
@@ -155,7 +155,7 @@ class AtomicSaver(BaseCheckpointSaver[Any]):
         staging = self._active(config)
         if staging is None:
             return await self.base.aput(config, checkpoint, metadata, new_versions)
-        put = _Put(config, copy_checkpoint(checkpoint), metadata, dict(new_versions))
+        put = StagedPut(config, copy_checkpoint(checkpoint), metadata, dict(new_versions))
         configurable = config.get("configurable", {})
         stored: RunnableConfig = {
             "configurable": {
@@ -180,7 +180,7 @@ class AtomicSaver(BaseCheckpointSaver[Any]):
         if staging is None:
             await self.base.aput_writes(config, writes, task_id, task_path)
             return
-        staging.log.append(_Writes(config, list(writes), task_id, task_path))
+        staging.log.append(StagedWrites(config, list(writes), task_id, task_path))
         bucket = staging.writes.setdefault(_checkpoint_id(config) or "", [])
         bucket.extend((task_id, channel, value) for channel, value in writes)
 

@@ -16,8 +16,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from threadkeeper.adapters.sql import SqlRunRecords
-from threadkeeper.domain.locks import RunLock
+from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
+from threadkeeper.domain.locks import RunLock, ThreadLock
 from threadkeeper.domain.memory import user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
 from threadkeeper.domain.tokens import message_text
@@ -54,12 +54,14 @@ class CheckpointRetention(HeldDeletion):
         saver: BaseCheckpointSaver[Any],
         store: BaseStore,
         runs: SqlRunRecords,
-        lock: RunLock | None = None,
+        lock: RunLock | ThreadLock | None = None,
+        fences: SqlRunFences | None = None,
     ) -> None:
         self.saver = saver
         self.store = store
         self.runs = runs
         self.lock = lock  # deletions hold the thread's run lock (HeldDeletion)
+        self.fences = fences
 
     async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
         return [row[0] for row in await self.runs.thread_activity(cutoff, limit=limit)]
@@ -85,6 +87,8 @@ class CheckpointRetention(HeldDeletion):
         messages, exists = await self._messages(thread_key)
         await self.saver.adelete_thread(thread_key)
         runs, feedback = await self.runs.delete_thread(thread_key)
+        if self.fences is not None:
+            await self.fences.forget(thread_key)
         return ErasureReceipt(threads=int(exists or runs > 0), messages=messages, feedback=feedback)
 
     async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:
@@ -96,7 +100,21 @@ class CheckpointRetention(HeldDeletion):
         return keys
 
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
-        receipt = await self.delete_threads(sorted(await self.user_thread_keys(tenant_id, user_id)))
+        """First revoke the claims of the user's runs (a run in flight then stores nothing,
+        even on a thread nothing stored yet names), then delete every thread found — those
+        included, each once its run has let go of it."""
+        in_flight = await revoke_claims(self.fences, tenant_id, user_id)
+        keys = await self.user_thread_keys(tenant_id, user_id) | in_flight
+        receipt = await self.delete_threads(sorted(keys))
         _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
         items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
+        if self.fences is not None:
+            await self.fences.forget_user(tenant_id, user_id)
         return receipt + ErasureReceipt(memory_items=items, feedback=stray_feedback)
+
+
+async def revoke_claims(fences: SqlRunFences | None, tenant_id: str, user_id: str) -> set[str]:
+    """Revoke the user's claims (``RunFences.revoke_user``); the threads they were on."""
+    if fences is None:
+        return set()
+    return set(await fences.revoke_user(tenant_id, user_id))

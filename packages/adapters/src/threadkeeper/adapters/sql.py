@@ -1,16 +1,26 @@
-"""threadkeeper's own tables (run records, feedback) over SQLAlchemy Core, for every profile.
+"""threadkeeper's own tables (run records, feedback, run claims) over SQLAlchemy Core, for
+every profile.
 
 One implementation runs on SQLite (embedded), PostgreSQL and MySQL/MariaDB. The embedded
 profile creates the tables at start; the server profiles get them from ``threadkeeper migrate``.
+
+Each class takes a ``guard``: the embedded profile has one SQLite connection for everything
+(``adapters.embedded``), so every use of it holds one lock; the server profiles pass none.
+A round's run record is written by the profile's round store inside the transaction that
+stores the round (``insert_record``), not by ``SqlRunRecords.save``.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 from sqlalchemy import (
+    Boolean,
     Column,
     DateTime,
     Index,
@@ -29,9 +39,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from threadkeeper.domain.errors import ClaimLost
+from threadkeeper.domain.locks import RunFences, new_token
 from threadkeeper.domain.runs import Feedback, RunRecord, RunRecords, UnknownRun, without_memory
 
 metadata = MetaData()
@@ -93,6 +105,23 @@ feedback = Table(
     Index("ix_tk_feedback_user", "tenant_id", "user_id"),
 )
 
+run_claims = Table(
+    "tk_run_claims",
+    metadata,
+    Column("thread_key", String(400), primary_key=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("user_id", String(128), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("token", String(64), nullable=False),
+    Column("claimed_at", UtcDateTime(), nullable=False),
+    Column("released", Boolean, nullable=False, default=False),
+    Index("ix_tk_run_claims_user", "tenant_id", "user_id"),
+)
+"""Each thread's current claim (``RunFences``): written when a run takes the thread, checked
+by the transaction that stores its round."""
+
+REVOKED = "revoked"
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(RunRecord)
 
@@ -101,40 +130,156 @@ def _aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-class SqlRunRecords(RunRecords):
+def record_row(record: RunRecord) -> dict[str, Any]:
+    return {
+        "thread_key": record.thread_key,
+        "run_id": record.run_id,
+        "tenant_id": record.tenant_id,
+        "user_id": record.user_id,
+        "human_message_id": record.human_message_id,
+        "status": record.status,
+        "created_at": record.created_at,
+        "record": _encoder.encode(record),
+    }
+
+
+async def insert_record(conn: AsyncConnection, record: RunRecord) -> None:
+    """Write ``record`` in the caller's transaction (the one that stores its round)."""
+    await conn.execute(insert(run_records).values(**record_row(record)))
+
+
+async def check_claim(conn: AsyncConnection, thread_key: str, token: str) -> None:
+    """In the round's transaction: the thread's claim must still be ``token``, and stays so
+    until the transaction ends (the row is locked where the database can).
+
+    Raises:
+        ClaimLost: another run claimed the thread, or the claim was revoked.
+    """
+    query = select(run_claims.c.token).where(run_claims.c.thread_key == thread_key)
+    if conn.dialect.name != "sqlite":  # SQLite: the write transaction excludes every other
+        query = query.with_for_update()
+    current = (await conn.execute(query)).scalar()
+    if current != token:
+        raise ClaimLost(
+            "the run lost its claim on the thread before storing its round"
+            + (" (the user was erased)" if current == REVOKED else "")
+        )
+
+
+class SqlAccess:
+    """An engine, and the guard every use of it holds (the embedded profile's one
+    connection); ``None`` for a pooled server engine."""
+
+    def __init__(self, engine: AsyncEngine, guard: AbstractAsyncContextManager[Any] | None) -> None:
+        self.engine = engine
+        self.guard = guard
+
+    def _guard(self) -> AbstractAsyncContextManager[Any]:
+        return self.guard if self.guard is not None else contextlib.nullcontext()
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction (the embedded profile's starts ``BEGIN IMMEDIATE``)."""
+        async with self._guard(), self.engine.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        async with self._guard(), self.engine.connect() as conn:
+            yield conn
+
+
+class SqlRunFences(SqlAccess, RunFences):
+    """``RunFences`` in ``tk_run_claims`` (every profile: the claims live with the rounds)."""
+
+    async def claim(self, thread_key: str, tenant_id: str, user_id: str, run_id: str) -> str:
+        token = new_token()
+        values = {
+            "tenant_id": tenant_id,
+            "user_id": user_id,
+            "run_id": run_id,
+            "token": token,
+            "claimed_at": datetime.now(UTC),
+            "released": False,
+        }
+        # The caller holds the thread's lock: no other claim of this thread runs now (an
+        # erasure only updates rows), so update-then-insert needs no dialect's upsert.
+        for _ in range(2):
+            try:
+                async with self.begin() as conn:
+                    changed = await conn.execute(
+                        update(run_claims)
+                        .where(run_claims.c.thread_key == thread_key)
+                        .values(**values)
+                    )
+                    if not changed.rowcount:
+                        await conn.execute(
+                            insert(run_claims).values(thread_key=thread_key, **values)
+                        )
+                return token
+            except IntegrityError:
+                continue  # inserted meanwhile (a lost lock's holder): update it instead
+        raise ClaimLost("the thread's claim could not be written")
+
+    async def holds(self, thread_key: str, token: str) -> bool:
+        async with self.connect() as conn:
+            current = (
+                await conn.execute(
+                    select(run_claims.c.token).where(run_claims.c.thread_key == thread_key)
+                )
+            ).scalar()
+        return bool(current == token)
+
+    async def revoke_user(self, tenant_id: str, user_id: str) -> list[str]:
+        mine = (run_claims.c.tenant_id == tenant_id, run_claims.c.user_id == user_id)
+        async with self.begin() as conn:
+            keys = [
+                str(r[0]) for r in await conn.execute(select(run_claims.c.thread_key).where(*mine))
+            ]
+            await conn.execute(update(run_claims).where(*mine).values(token=REVOKED))
+        return keys
+
+    async def forget(self, thread_key: str) -> None:
+        async with self.begin() as conn:
+            await conn.execute(delete(run_claims).where(run_claims.c.thread_key == thread_key))
+
+    async def forget_user(self, tenant_id: str, user_id: str) -> None:
+        """Drop the user's claims (once their erasure deleted the threads)."""
+        async with self.begin() as conn:
+            await conn.execute(
+                delete(run_claims).where(
+                    run_claims.c.tenant_id == tenant_id, run_claims.c.user_id == user_id
+                )
+            )
+
+
+class SqlRunRecords(SqlAccess, RunRecords):
     """``RunRecords`` on any SQLAlchemy async engine."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
+    def __init__(
+        self, engine: AsyncEngine, guard: AbstractAsyncContextManager[Any] | None = None
+    ) -> None:
+        super().__init__(engine, guard)
 
     async def create_tables(self) -> None:
         """Create the tables if missing (embedded profile only; servers use migrations)."""
-        async with self.engine.begin() as conn:
+        async with self.begin() as conn:
             await conn.run_sync(
-                lambda sync: metadata.create_all(sync, tables=[run_records, feedback])
+                lambda sync: metadata.create_all(sync, tables=[run_records, feedback, run_claims])
             )
 
     async def save(self, record: RunRecord) -> bool:
+        """Store a run record on its own (tests, tools): a run's record is written with its
+        round, by the profile's round store (``insert_record``)."""
         try:
-            async with self.engine.begin() as conn:
-                await conn.execute(
-                    insert(run_records).values(
-                        thread_key=record.thread_key,
-                        run_id=record.run_id,
-                        tenant_id=record.tenant_id,
-                        user_id=record.user_id,
-                        human_message_id=record.human_message_id,
-                        status=record.status,
-                        created_at=record.created_at,
-                        record=_encoder.encode(record),
-                    )
-                )
+            async with self.begin() as conn:
+                await insert_record(conn, record)
         except IntegrityError:
             return False
         return True
 
     async def _one(self, *where: Any) -> RunRecord | None:
-        async with self.engine.connect() as conn:
+        async with self.connect() as conn:
             row = (await conn.execute(select(run_records.c.record).where(*where).limit(1))).first()
         return _decoder.decode(row[0]) if row else None
 
@@ -157,7 +302,7 @@ class SqlRunRecords(RunRecords):
             "comment": item.comment,
             "at": item.at,
         }
-        async with self.engine.begin() as conn:
+        async with self.begin() as conn:
             known = (
                 await conn.execute(
                     select(func.count())
@@ -183,7 +328,7 @@ class SqlRunRecords(RunRecords):
                 )
 
     async def delete_thread(self, thread_key: str) -> tuple[int, int]:
-        async with self.engine.begin() as conn:
+        async with self.begin() as conn:
             runs = await conn.execute(
                 delete(run_records).where(run_records.c.thread_key == thread_key)
             )
@@ -191,7 +336,7 @@ class SqlRunRecords(RunRecords):
         return runs.rowcount or 0, notes.rowcount or 0
 
     async def erase_user(self, tenant_id: str, user_id: str) -> tuple[int, int]:
-        async with self.engine.begin() as conn:
+        async with self.begin() as conn:
             runs = await conn.execute(
                 delete(run_records).where(
                     run_records.c.tenant_id == tenant_id, run_records.c.user_id == user_id
@@ -206,7 +351,7 @@ class SqlRunRecords(RunRecords):
 
     async def forget_memory(self, tenant_id: str, user_id: str) -> int:
         changed = 0
-        async with self.engine.begin() as conn:
+        async with self.begin() as conn:
             rows = (
                 await conn.execute(
                     select(run_records.c.thread_key, run_records.c.run_id, run_records.c.record)
@@ -232,7 +377,7 @@ class SqlRunRecords(RunRecords):
         query = select(func.max(run_records.c.created_at)).where(
             run_records.c.thread_key == thread_key
         )
-        async with self.engine.connect() as conn:
+        async with self.connect() as conn:
             newest = (await conn.execute(query)).scalar()
         return None if newest is None else _aware(newest)
 
@@ -253,7 +398,7 @@ class SqlRunRecords(RunRecords):
             .order_by(newest, run_records.c.thread_key)
             .limit(limit)
         )
-        async with self.engine.connect() as conn:
+        async with self.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [(r[0], r[1], r[2], _aware(r[3])) for r in rows]
 
@@ -263,5 +408,5 @@ class SqlRunRecords(RunRecords):
             .where(run_records.c.tenant_id == tenant_id, run_records.c.user_id == user_id)
             .distinct()
         )
-        async with self.engine.connect() as conn:
+        async with self.connect() as conn:
             return [r[0] for r in (await conn.execute(query)).all()]

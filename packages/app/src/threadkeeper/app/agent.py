@@ -326,8 +326,11 @@ def build_agent(
     checkpointer: BaseCheckpointSaver[Any],
     store: BaseStore,
     prompt: str = SYSTEM_PROMPT,
+    model_middleware: Sequence[AgentMiddleware[Any, Any]] = (),
 ) -> Any:
-    """The compiled agent graph (compiled once; reused for every run)."""
+    """The compiled agent graph (compiled once; reused for every run). ``model_middleware``
+    (deadline, retries, fallback: ``app.model_calls``) wraps each model call inside the
+    history hooks, so a retry sends the same window."""
     return create_agent(
         model,
         list(tools),
@@ -335,6 +338,7 @@ def build_agent(
         middleware=[
             ThreadContextMiddleware(knowledge, prompt),
             *history_hooks,
+            *model_middleware,
             ModelCallTracing(model),  # innermost: the span holds exactly the model call
         ],
         checkpointer=checkpointer,

@@ -112,7 +112,9 @@ def create_app(settings: Settings | None = None, *, container: Container | None 
             proxy.target = None
             if sweeper is not None:
                 await sweeper.stop()
-            await service.wait_idle()
+            # uvicorn gave requests in flight up to the grace period already; what is left
+            # (JSON runs whose request was cancelled) gets a moment more, then is cancelled
+            await service.drain(grace=1.0)
         finally:
             proxy.target = None
             await container.shutdown_resources()  # type: ignore[misc]
@@ -123,6 +125,7 @@ def create_app(settings: Settings | None = None, *, container: Container | None 
         require_token=settings.profile != "embedded",
         lifespan=[lifespan],
         run_rate_limit=rate_limit,
+        sse_heartbeat_seconds=settings.sse_heartbeat_seconds,
     )
     app = create_http_app(proxy, http)
     app.state.container = container

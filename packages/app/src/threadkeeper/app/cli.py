@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 import uuid
@@ -116,7 +117,14 @@ def _run_server(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on"
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            lifespan="on",
+            # one SIGTERM/SIGINT drains: no new connections, requests in flight get the grace
+            # period, then they are cancelled (a cancelled run leaves its thread unchanged)
+            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),
         )
         server = uvicorn.Server(config)
         try:

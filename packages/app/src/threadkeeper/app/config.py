@@ -47,6 +47,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     rate_limit_per_minute: int = 0
     model: str = "builtin"
     model_token_delay_ms: float = 0.0
+    model_timeout_seconds: float = 30.0
+    """One model call, its whole stream included (and the provider client's own timeout)."""
+    model_max_retries: int = 1
+    """Retries of a failed model call (``ModelRetryMiddleware``), before the fallback."""
+    model_fallback: str | None = None
+    """A second model (``builtin`` or an ``init_chat_model`` string) when the first fails."""
+    run_timeout_seconds: float = 120.0
+    """The whole run; past it the run ends (``error`` / 504 ``run-timeout``), nothing stored."""
+    sse_heartbeat_seconds: float = 15.0
+    """A keep-alive comment on an SSE stream that has had nothing to send this long."""
+    shutdown_grace_seconds: float = 20.0
+    """After SIGTERM/SIGINT, how long runs in flight may finish before they are cancelled."""
 
     def __post_init__(self) -> None:
         positive = {
@@ -58,13 +70,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
-        if not self.checkpoint_ttl_minutes > 0:
-            raise ConfigError(f"{PREFIX}CHECKPOINT_TTL_MINUTES must be positive")
+        for name, seconds in {
+            "checkpoint_ttl_minutes": self.checkpoint_ttl_minutes,
+            "model_timeout_seconds": self.model_timeout_seconds,
+            "run_timeout_seconds": self.run_timeout_seconds,
+            "sse_heartbeat_seconds": self.sse_heartbeat_seconds,
+        }.items():
+            if not seconds > 0:
+                raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
         non_negative: dict[str, float] = {
             "summary_after_turns": self.summary_after_turns,
             "retention_sweep_minutes": self.retention_sweep_minutes,
             "rate_limit_per_minute": self.rate_limit_per_minute,
             "model_token_delay_ms": self.model_token_delay_ms,
+            "model_max_retries": self.model_max_retries,
+            "shutdown_grace_seconds": self.shutdown_grace_seconds,
         }
         for name, amount in non_negative.items():
             if amount < 0:

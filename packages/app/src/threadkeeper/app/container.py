@@ -20,6 +20,7 @@ from threadkeeper.app.builtin_model import BuiltinChatModel
 from threadkeeper.app.config import ConfigError, Settings
 from threadkeeper.app.counters import counter_from_name
 from threadkeeper.app.memory import ModelExtractor, RuleExtractor
+from threadkeeper.app.model_calls import model_call_middleware
 from threadkeeper.app.runs import RunService
 from threadkeeper.domain.memory import MemoryRules
 from threadkeeper.domain.threads import ThreadScope
@@ -59,16 +60,33 @@ async def redis_mysql_backend(
         raise ConfigError(str(exc)) from exc
 
 
-def build_model(name: str, token_delay_ms: float) -> BaseChatModel:
-    """``builtin`` or any LangChain chat model by ``init_chat_model`` string."""
+def build_model(
+    name: str, token_delay_ms: float, timeout_seconds: float = 30.0, variable: str = "MODEL"
+) -> BaseChatModel:
+    """``builtin`` or any LangChain chat model by ``init_chat_model`` string, with the
+    provider client's timeout set and its own retries off (``app.model_calls`` retries)."""
     if name == "builtin":
         return BuiltinChatModel(token_delay_ms=token_delay_ms)
     from langchain.chat_models import init_chat_model
 
     try:
-        return init_chat_model(name)
+        try:
+            return init_chat_model(name, timeout=timeout_seconds, max_retries=0, stream_usage=True)
+        except (TypeError, ValueError):  # a provider class without these settings
+            return init_chat_model(name)
     except (ImportError, ValueError) as exc:
-        raise ConfigError(f"THREADKEEPER_MODEL={name!r}: {exc}") from exc
+        hint = ""
+        if isinstance(exc, ImportError) and name.startswith("openai:"):
+            hint = " (install the extra: uv sync --all-packages --extra openai)"
+        raise ConfigError(f"THREADKEEPER_{variable}={name!r}: {exc}{hint}") from exc
+
+
+def build_fallback(
+    name: str | None, token_delay_ms: float, timeout_seconds: float
+) -> BaseChatModel | None:
+    if not name:
+        return None
+    return build_model(name, token_delay_ms, timeout_seconds, variable="MODEL_FALLBACK")
 
 
 def summarizer_for(model_name: str, model: BaseChatModel, counter: TokenCounter) -> Any:
@@ -84,6 +102,7 @@ def build_service(
     counter: TokenCounter,
     knowledge: KnowledgeBase,
     model: BaseChatModel,
+    fallback: BaseChatModel | None = None,
 ) -> RunService:
     hook_settings = HookSettings(
         budget=settings.token_budget,
@@ -107,6 +126,11 @@ def build_service(
         history_hooks=hooks,
         checkpointer=saver,
         store=backend.store,
+        model_middleware=model_call_middleware(
+            timeout_seconds=settings.model_timeout_seconds,
+            max_retries=settings.model_max_retries,
+            fallback=fallback,
+        ),
     )
     return RunService(
         agent=agent,
@@ -119,6 +143,7 @@ def build_service(
         rules=MemoryRules(max_facts=settings.memory_max_facts),
         prompt=SYSTEM_PROMPT,
         extractor=RuleExtractor() if settings.model == "builtin" else ModelExtractor(model),
+        run_timeout=settings.run_timeout_seconds,
     )
 
 
@@ -128,7 +153,15 @@ class Container(containers.DeclarativeContainer):
 
     counter = providers.Singleton(counter_from_name, config.tokenizer)
     knowledge = providers.Singleton(KnowledgeBase.from_directory)
-    model = providers.Singleton(build_model, config.model, config.model_token_delay_ms)
+    model = providers.Singleton(
+        build_model, config.model, config.model_token_delay_ms, config.model_timeout_seconds
+    )
+    fallback = providers.Singleton(
+        build_fallback,
+        config.model_fallback,
+        config.model_token_delay_ms,
+        config.model_timeout_seconds,
+    )
 
     backend = providers.Selector(
         config.profile,
@@ -152,6 +185,7 @@ class Container(containers.DeclarativeContainer):
         counter=counter,
         knowledge=knowledge,
         model=model,
+        fallback=fallback,
     )
 
 

@@ -18,3 +18,11 @@ def count_refusals(refused: Mapping[str, int]) -> None:
     """Add a write plan's refusal counts (``personal_data:health``, ``too_long``, …)."""
     for reason, count in refused.items():
         MEMORY_REFUSALS.labels(reason=reason).inc(count)
+
+
+MEMORY_WRITE_FAILURES = Counter(
+    "threadkeeper_memory_write_failures",
+    "Memory writes after a stored round that failed (the round stays acknowledged), by what "
+    "happened next: retried (once, in the background) then ok, or lost.",
+    ["outcome"],
+)

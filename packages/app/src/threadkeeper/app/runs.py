@@ -25,9 +25,10 @@ from langgraph.store.base import BaseStore
 
 from threadkeeper.adapters.atomic import AtomicSaver
 from threadkeeper.adapters.checkpoint_retention import delete_store_prefix
+from threadkeeper.adapters.rounds import RoundStore, RoundWrite
 from threadkeeper.app.agent import PROMPT_VERSION, RunTrace, current_trace, load_memory
 from threadkeeper.app.memory import MemoryExtractor, RuleExtractor
-from threadkeeper.app.metrics import count_refusals
+from threadkeeper.app.metrics import MEMORY_WRITE_FAILURES, count_refusals
 from threadkeeper.app.service import (
     MAX_MESSAGE_BYTES,
     Caller,
@@ -38,11 +39,12 @@ from threadkeeper.app.service import (
     RunEvent,
     RunFailed,
     RunRequest,
+    run_failure,
 )
 from threadkeeper.app.telemetry import record_failure, tracer
-from threadkeeper.domain.errors import MessageTooLarge, UnknownThread
+from threadkeeper.domain.errors import DomainError, MessageTooLarge, RunTimeout, UnknownThread
 from threadkeeper.domain.extraction import RoundText
-from threadkeeper.domain.locks import RunLock
+from threadkeeper.domain.locks import ThreadLock
 from threadkeeper.domain.memory import (
     MemoryItem,
     MemoryKind,
@@ -52,7 +54,15 @@ from threadkeeper.domain.memory import (
     user_namespace,
 )
 from threadkeeper.domain.retention import ErasureReceipt
-from threadkeeper.domain.runs import Feedback, ModelCall, RunRecord, RunRecords, stored_prompt
+from threadkeeper.domain.runs import (
+    Feedback,
+    IdempotencyMismatch,
+    ModelCall,
+    RunRecord,
+    RunRecords,
+    content_digest,
+    stored_prompt,
+)
 from threadkeeper.domain.summary import Summary
 from threadkeeper.domain.threads import ThreadRef, ThreadScope
 from threadkeeper.domain.tokens import REPLY_PRIMING, TokenCounter, message_text
@@ -68,6 +78,9 @@ from threadkeeper.domain.transcript import (
 RECENT_FOR_HANDOFF = 6
 COLD_START_MESSAGES = 20
 """A thread without checkpoints is seeded with this many of its newest archived messages."""
+RUN_TIMEOUT_SECONDS = 120.0
+SHUTDOWN_GRACE_SECONDS = 20.0
+MEMORY_RETRY_DELAY_SECONDS = 1.0
 log = logging.getLogger(__name__)
 
 
@@ -75,7 +88,9 @@ class Backend(Protocol):
     saver: BaseCheckpointSaver[Any]
     store: BaseStore
     runs: RunRecords
-    lock: RunLock
+    rounds: RoundStore
+    """Stores a finished run's round whole, with its run record, fenced by its claim."""
+    lock: ThreadLock
     profile: str
     archive: TranscriptArchive | None
     """The permanent transcript where it lives outside the checkpoints (redis-mysql): written
@@ -167,7 +182,7 @@ class LiveRun:
     finishing: bool = False
     """The graph has finished: the round is being stored and the run is no longer cancelled
     when its client leaves (a finished run is stored whole)."""
-    queue: asyncio.Queue[RunEvent | RunFailed | None] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[RunEvent | DomainError | None] = field(default_factory=asyncio.Queue)
     outcome: asyncio.Future[dict[str, Any]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -176,7 +191,7 @@ class LiveRun:
         finished = False
         try:
             while (event := await self.queue.get()) is not None:
-                if isinstance(event, RunFailed):
+                if isinstance(event, DomainError):
                     finished = True
                     raise event
                 yield event
@@ -206,6 +221,7 @@ class RunService:
         rules: MemoryRules,
         prompt: str,
         extractor: MemoryExtractor | None = None,
+        run_timeout: float = RUN_TIMEOUT_SECONDS,
     ) -> None:
         self.agent = agent
         self.saver = saver
@@ -218,7 +234,12 @@ class RunService:
         self.prompt = prompt
         self.extractor: MemoryExtractor = extractor or RuleExtractor()
         self.archive: TranscriptArchive | None = backend.archive
+        self.run_timeout = run_timeout
         self._tasks: set[asyncio.Task[None]] = set()
+        """Runs in flight (shutdown drains them)."""
+        self._runs: dict[asyncio.Task[None], LiveRun] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        """Retries of memory writes after a stored round."""
 
     # -- runs -------------------------------------------------------------------------------
 
@@ -245,10 +266,8 @@ class RunService:
         if size > MAX_MESSAGE_BYTES:
             raise MessageTooLong(size, MAX_MESSAGE_BYTES)
         run_id = request.run_id or str(uuid.uuid4())
-        if request.run_id is not None:
-            done = await self.backend.runs.get(ref.key, run_id)
-            if done is not None:
-                return CompletedRun(run_id, done.response, thread_id)
+        if request.run_id is not None and (done := await self._completed(ref, request)):
+            return done  # a retry of a completed run: its stored answer, no new run
         human = HumanMessage(
             content,
             id=request.message.id or str(uuid.uuid4()),
@@ -258,20 +277,47 @@ class RunService:
         if tokens + REPLY_PRIMING > self.budget:
             raise MessageTooLarge(tokens, self.budget)
 
-        hold = self.backend.lock.hold(ref.key, run_id)
-        await hold.__aenter__()  # ThreadBusy propagates: nothing was stored
+        hold = self.backend.lock.hold(ref.key, run_id, tenant_id=ref.tenant_id, user_id=ref.user_id)
+        claim = await hold.__aenter__()  # ThreadBusy propagates: nothing was stored
         try:
+            if request.run_id is not None and (done := await self._completed(ref, request)):
+                await hold.__aexit__(None, None, None)
+                return done  # it completed while this retry waited for the thread
             if request.message.id is not None:
                 await self._refuse_duplicate(ref, caller, request.message.id, run_id)
             run = LiveRun(run_id)
-            task = asyncio.create_task(self._traced(run, hold, ref, caller, human))
+            task = asyncio.create_task(
+                self._traced(run, hold, claim, ref, caller, human, request.message.id)
+            )
             run.task = task
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._runs[task] = run
+            task.add_done_callback(self._run_done)
         except BaseException:
             await hold.__aexit__(None, None, None)
             raise
         return run
+
+    def _run_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._runs.pop(task, None)
+
+    async def _completed(self, ref: ThreadRef, request: RunRequest) -> CompletedRun | None:
+        """The stored answer when ``request.run_id`` completed in this thread with the same
+        request. ``run_id`` is an idempotency key scoped to the thread key: in another thread
+        (or user, or tenant) it names another run.
+
+        Raises:
+            IdempotencyMismatch: the run completed here with another message.
+        """
+        assert request.run_id is not None
+        done = await self.backend.runs.get(ref.key, request.run_id)
+        if done is None:
+            return None
+        field = done.mismatch(request.message.content, request.message.id)
+        if field is not None:
+            raise IdempotencyMismatch(request.run_id, field)
+        return CompletedRun(request.run_id, done.response, ref.thread_id)
 
     async def _refuse_duplicate(
         self, ref: ThreadRef, caller: Caller, message_id: str, run_id: str
@@ -286,10 +332,12 @@ class RunService:
     async def _traced(
         self,
         run: LiveRun,
-        hold: AbstractAsyncContextManager[None],
+        hold: AbstractAsyncContextManager[str],
+        claim: str,
         ref: ThreadRef,
         caller: Caller,
         human: HumanMessage,
+        given_id: str | None,
     ) -> None:
         """``_execute`` in a ``threadkeeper.run`` span (a child of the request's span: the task
         copies the request's context)."""
@@ -305,7 +353,7 @@ class RunService:
             },
         ) as span:
             try:
-                await self._execute(run, hold, ref, caller, human)
+                await self._execute(run, hold, claim, ref, caller, human, given_id)
             except BaseException as exc:
                 record_failure(span, exc)
                 raise
@@ -318,10 +366,12 @@ class RunService:
     async def _execute(
         self,
         run: LiveRun,
-        hold: AbstractAsyncContextManager[None],
+        hold: AbstractAsyncContextManager[str],
+        claim: str,
         ref: ThreadRef,
         caller: Caller,
         human: HumanMessage,
+        given_id: str | None,
     ) -> None:
         config = self._config(ref, caller)
         trace = RunTrace()
@@ -332,54 +382,59 @@ class RunService:
                 RunEvent("metadata", {"run_id": run.run_id, "thread_id": ref.thread_id})
             )
             with self.saver.staging(ref.key) as staging:
-                if self.archive is not None:
-                    await self._cold_start(self.archive, config, ref)
-                async for mode, payload in self.agent.astream(
-                    {"messages": [human]},
-                    config,
-                    stream_mode=["messages", "custom"],
-                    durability="exit",
-                ):
-                    event = _event(mode, payload)
-                    if event is not None:
-                        await run.queue.put(event)
+                deadline = asyncio.timeout(self.run_timeout)
+                try:
+                    async with deadline:
+                        if self.archive is not None:
+                            await self._cold_start(self.archive, config, ref)
+                        async for mode, payload in self.agent.astream(
+                            {"messages": [human]},
+                            config,
+                            stream_mode=["messages", "custom"],
+                            durability="exit",
+                        ):
+                            event = _event(mode, payload)
+                            if event is not None:
+                                await run.queue.put(event)
+                        state = await self.agent.aget_state(config)
+                except TimeoutError as exc:
+                    if deadline.expired():
+                        raise RunTimeout(self.run_timeout) from exc
+                    raise
                 run.finishing = True
-                state = await self.agent.aget_state(config)
                 values = state.values
                 body, record, answer = self._finish(run.run_id, ref, human, values, trace)
-                if self.archive is not None:
-                    # the record first: if it refuses the round, nothing is stored anywhere
-                    await self.archive.append_round(
-                        self._round(run.run_id, ref, human, answer, values), trace.tools
-                    )
-                try:
-                    with tracer().start_as_current_span(
-                        "threadkeeper.commit", record_exception=False
-                    ):
-                        committed = await self.saver.commit(staging)
-                except BaseException:
-                    if self.archive is not None:
-                        # the archive holds the round and the checkpoints may hold part of it:
-                        # drop them, so the next run is seeded from the archive (whole round)
-                        with contextlib.suppress(Exception):
-                            await self.backend.saver.adelete_thread(ref.key)
-                    raise
-            checkpoint_id = (committed or {}).get("configurable", {}).get("checkpoint_id")
-            record = msgspec.structs.replace(record, checkpoint_id=checkpoint_id)
-            await self.backend.runs.save(record)
+                record = msgspec.structs.replace(
+                    record,
+                    content_digest=content_digest(message_text(human)),
+                    message_id_given=given_id is not None,
+                )
+                write = RoundWrite(
+                    staging=staging,
+                    claim=claim,
+                    record=record,
+                    round=self._round(run.run_id, ref, human, answer, values),
+                    tools=tuple(trace.tools),
+                )
+                with tracer().start_as_current_span("threadkeeper.commit", record_exception=False):
+                    await self.backend.rounds.commit(write)
+            # The round is stored: nothing from here on may turn it into an error answer.
             try:
                 await self.backend.after_commit(ref.key)
-            except Exception:  # the round is stored; the next run's upkeep catches up
+            except Exception:  # the next run's upkeep catches up
                 log.warning("storage upkeep after run %s failed", run.run_id, exc_info=True)
             if body["status"] == "answered":
-                await self._remember(ref, human, body)
+                await self._remember_or_retry(ref, human, body, run.run_id)
         except asyncio.CancelledError:
             if not run.outcome.done():
                 run.outcome.set_exception(RunFailed("the run was cancelled"))
             raise
         except Exception as exc:
-            log.exception("run %s on %s failed", run.run_id, ref.key)
-            failure = RunFailed(f"the run failed: {type(exc).__name__}: {exc}")
+            failure = run_failure(exc)
+            if isinstance(failure, RunFailed):
+                log.exception("run %s on %s failed", run.run_id, ref.key)
+            else:
+                log.warning("run %s on %s: %s", run.run_id, ref.key, failure)
             if not run.outcome.done():
                 run.outcome.set_exception(failure)
             body = None
@@ -394,6 +449,31 @@ class RunService:
             run.queue.put_nowait(None)
             if run.outcome.done() and not run.outcome.cancelled():
                 run.outcome.exception()  # mark retrieved: JSON mode may never ask
+
+    async def _remember_or_retry(
+        self, ref: ThreadRef, human: HumanMessage, body: dict[str, Any], run_id: str
+    ) -> None:
+        """Write memory from a stored round. A failure does not touch the answer: it is
+        logged, counted, and retried once in the background."""
+        try:
+            await self._remember(ref, human, body)
+        except Exception:
+            log.warning("memory write after run %s failed; retrying once", run_id, exc_info=True)
+            task = asyncio.create_task(self._retry_memory(ref, human, body, run_id))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _retry_memory(
+        self, ref: ThreadRef, human: HumanMessage, body: dict[str, Any], run_id: str
+    ) -> None:
+        await asyncio.sleep(MEMORY_RETRY_DELAY_SECONDS)
+        try:
+            await self._remember(ref, human, body)
+        except Exception:
+            MEMORY_WRITE_FAILURES.labels(outcome="lost").inc()
+            log.error("memory write after run %s failed again; not kept", run_id, exc_info=True)
+        else:
+            MEMORY_WRITE_FAILURES.labels(outcome="retried").inc()
 
     async def _cold_start(
         self, archive: TranscriptArchive, config: dict[str, Any], ref: ThreadRef
@@ -420,16 +500,18 @@ class RunService:
         answer: AIMessage,
         values: dict[str, Any],
     ) -> Round:
-        human_text, answer_text = to_transcript([human]), to_transcript([answer])
-        if not human_text or not answer_text:
-            raise RuntimeError("the round has no human message or no answer text to archive")
+        """The round as a transcript archive keeps it (human message, answer, summary)."""
+        human_text = to_transcript([human])[0]
+        answer_text = to_transcript([answer]) or [
+            TranscriptMessage(str(answer.id), "ai", "", human_text.created_at)
+        ]
         return Round(
             run_id=run_id,
             thread_key=ref.key,
             tenant_id=ref.tenant_id,
             user_id=ref.user_id,
             thread_id=ref.thread_id,
-            human=human_text[0],
+            human=human_text,
             ai=answer_text[0],
             summary=encode_summary(values.get("summary")),
         )
@@ -555,9 +637,24 @@ class RunService:
             await store.adelete(memory_namespace(ref.tenant_id, ref.user_id, kind), key)
 
     async def wait_idle(self) -> None:
-        """Wait for every run in flight (shutdown)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Wait for every run in flight (and memory retries)."""
+        if self._tasks or self._background:
+            await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
+
+    async def drain(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> int:
+        """Shutdown: let the runs in flight finish for up to ``grace`` seconds, then cancel
+        the rest (a cancelled run leaves its thread as it was); how many were cancelled."""
+        pending = {t for t in self._tasks if not t.done()}
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=grace)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning(
+                "shutdown: %d run(s) did not finish in %g s, cancelled", len(pending), grace
+            )
+        await self.wait_idle()
+        return len(pending)
 
     # -- reads and deletions ---------------------------------------------------------------
 

@@ -14,15 +14,19 @@ import msgspec
 
 from threadkeeper.domain.errors import (
     AtCapacity,
+    ClaimLost,
+    CommitInDoubt,
     ContextOverflow,
     DomainError,
     MessageTooLarge,
+    ModelUnavailable,
+    RunTimeout,
     ThreadBusy,
     UnknownMessage,
     UnknownThread,
 )
 from threadkeeper.domain.retention import ErasureReceipt
-from threadkeeper.domain.runs import UnknownRun
+from threadkeeper.domain.runs import IdempotencyMismatch, UnknownRun
 from threadkeeper.domain.transcript import TranscriptPage
 
 MAX_MESSAGE_BYTES = 32 * 1024
@@ -75,6 +79,11 @@ class Unavailable(DomainError):
 ERROR_STATUS: dict[type[DomainError], int] = {
     ThreadBusy: 409,
     DuplicateMessage: 409,
+    IdempotencyMismatch: 409,
+    ClaimLost: 409,
+    RunTimeout: 504,
+    CommitInDoubt: 503,
+    ModelUnavailable: 502,
     MessageTooLarge: 413,
     MessageTooLong: 413,
     ContextOverflow: 413,
@@ -85,6 +94,46 @@ ERROR_STATUS: dict[type[DomainError], int] = {
     AtCapacity: 503,
     RunFailed: 500,
 }
+
+
+def storage_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a storage server that cannot be reached."""
+    import psycopg
+    import psycopg_pool
+    import redis.exceptions
+    import sqlalchemy.exc
+
+    unreachable = (
+        ConnectionError,
+        TimeoutError,
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        sqlalchemy.exc.OperationalError,
+        sqlalchemy.exc.InterfaceError,
+        sqlalchemy.exc.TimeoutError,
+        psycopg.OperationalError,
+        psycopg_pool.PoolTimeout,
+    )
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, unreachable):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def run_failure(exc: Exception) -> DomainError:
+    """What a run that failed answers with (SSE ``error`` / JSON problem): a domain error as
+    it is, a store out of reach as ``Unavailable``, anything else as ``RunFailed``. Every one
+    of them means the thread is as it was before the run (``CommitInDoubt`` excepted, which
+    says so)."""
+    if isinstance(exc, DomainError):
+        return exc
+    if storage_unreachable(exc):
+        return Unavailable("a storage backend is unreachable; nothing was stored")
+    return RunFailed(f"the run failed: {type(exc).__name__}")
 
 
 class RunEvent(msgspec.Struct, frozen=True):

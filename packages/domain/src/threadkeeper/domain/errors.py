@@ -32,11 +32,42 @@ class ContextOverflow(DomainError):
 
 
 class ThreadBusy(DomainError):
-    """Another run holds the thread (HTTP 409, naming the running run)."""
+    """Another run holds the thread (HTTP 409, naming the running run).
 
-    def __init__(self, running_run_id: str) -> None:
-        super().__init__(f"thread is busy with run {running_run_id}")
+    ``running_run_id`` is ``None`` when the holder could not be named because it was letting
+    go of the thread at that moment (a run ending): the caller may retry at once.
+    """
+
+    def __init__(self, running_run_id: str | None) -> None:
+        if running_run_id is None:
+            super().__init__("a run on this thread is ending; retry")
+        else:
+            super().__init__(f"thread is busy with run {running_run_id}")
         self.running_run_id = running_run_id
+
+
+class ClaimLost(DomainError):
+    """The run no longer holds its claim on the thread when it comes to store its round: its
+    lock was lost (a lock store flushed, a session gone) and another run may have taken the
+    thread, or the user was erased while it ran. Nothing of the round was stored (HTTP 409)."""
+
+
+class ModelUnavailable(DomainError):
+    """The model (and its fallback) failed every attempt (HTTP 502); nothing was stored."""
+
+
+class RunTimeout(DomainError):
+    """The run passed ``THREADKEEPER_RUN_TIMEOUT_SECONDS``; nothing was stored (HTTP 504)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the run did not finish within {seconds:g} s; nothing was stored")
+        self.seconds = seconds
+
+
+class CommitInDoubt(DomainError):
+    """The connection to the store broke while the round's transaction was committing, and
+    the store could not be reached again in time to learn whether it had committed (HTTP 503).
+    A retry with the same ``run_id`` returns the stored answer if it was stored, or runs."""
 
 
 class AtCapacity(DomainError):

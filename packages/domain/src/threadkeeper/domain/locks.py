@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -66,7 +67,7 @@ DELETE_WAIT_SECONDS = 30.0
 
 @asynccontextmanager
 async def hold_when_free(
-    lock: RunLock,
+    lock: RunLock | ThreadLock,
     thread_key: str,
     holder: str,
     *,
@@ -96,3 +97,115 @@ async def hold_when_free(
         break
     async with stack:
         yield
+
+
+class RunFences(ABC):
+    """Each thread's current claim: who may store the next round, checked where it is stored.
+
+    A lock alone cannot keep one round per thread: a lock store can be flushed, a database
+    session can die, and the run that held the lock goes on running while another run takes
+    the thread. So every run that takes a thread's lock then *claims* the thread here (a new
+    random token, which replaces the previous run's), and the transaction that stores the
+    round checks — atomically with the write — that the thread's claim is still its own. A
+    run whose claim was replaced, or revoked by its user's erasure, stores nothing
+    (``ClaimLost``). The claims live where the round is stored (the profile's database),
+    never only in the lock store.
+    """
+
+    @abstractmethod
+    async def claim(self, thread_key: str, tenant_id: str, user_id: str, run_id: str) -> str:
+        """Claim ``thread_key`` for ``run_id`` (whose lock is held); the claim's token."""
+
+    @abstractmethod
+    async def holds(self, thread_key: str, token: str) -> bool:
+        """Whether ``token`` is still the thread's claim (outside a round's transaction:
+        the stores check it inside theirs)."""
+
+    @abstractmethod
+    async def revoke_user(self, tenant_id: str, user_id: str) -> list[str]:
+        """Revoke every claim of the user's runs (erasure); the thread keys they were on."""
+
+    @abstractmethod
+    async def forget(self, thread_key: str) -> None:
+        """Drop the thread's claim (the thread is deleted)."""
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex
+
+
+class ThreadLock(ABC):
+    """What a run (or a deletion) takes on a thread: the thread's lock *and* its claim.
+
+    ``hold`` refuses at once when another run holds the thread (``ThreadBusy``, naming it),
+    and yields the holder's claim token (``RunFences``), which the store checks when it
+    stores the round. A deletion claims the thread too, so a run that lost its lock cannot
+    write a deleted thread back.
+    """
+
+    @abstractmethod
+    def hold(
+        self, thread_key: str, run_id: str, *, tenant_id: str = "", user_id: str = ""
+    ) -> AbstractAsyncContextManager[str]:
+        """Hold and claim ``thread_key`` for ``run_id``; yields the claim's token.
+
+        Raises:
+            ThreadBusy: another run holds the thread.
+        """
+
+    @abstractmethod
+    async def holder(self, thread_key: str) -> str | None:
+        """The run holding the thread now, if any."""
+
+
+class ClaimedLock(ThreadLock):
+    """A ``RunLock`` for exclusion, then a claim in ``RunFences`` (two steps: fine where the
+    lock names its holder by itself — in process, and in Redis by its token)."""
+
+    def __init__(self, lock: RunLock, fences: RunFences) -> None:
+        self.lock = lock
+        self.fences = fences
+
+    def hold(
+        self, thread_key: str, run_id: str, *, tenant_id: str = "", user_id: str = ""
+    ) -> AbstractAsyncContextManager[str]:
+        return self._hold(thread_key, run_id, tenant_id, user_id)
+
+    @asynccontextmanager
+    async def _hold(
+        self, thread_key: str, run_id: str, tenant_id: str, user_id: str
+    ) -> AsyncIterator[str]:
+        async with self.lock.hold(thread_key, run_id):
+            yield await self.fences.claim(thread_key, tenant_id, user_id, run_id)
+
+    async def holder(self, thread_key: str) -> str | None:
+        return await self.lock.holder(thread_key)
+
+
+class InMemoryRunFences(RunFences):
+    """Claims in a dict: the unit-test fake and the reference for the conformance suite."""
+
+    def __init__(self) -> None:
+        self._claims: dict[str, tuple[str, str, str]] = {}  # key → (token, tenant, user)
+        self._mutex = threading.Lock()
+
+    async def claim(self, thread_key: str, tenant_id: str, user_id: str, run_id: str) -> str:
+        token = new_token()
+        with self._mutex:
+            self._claims[thread_key] = (token, tenant_id, user_id)
+        return token
+
+    async def holds(self, thread_key: str, token: str) -> bool:
+        current = self._claims.get(thread_key)
+        return current is not None and current[0] == token
+
+    async def revoke_user(self, tenant_id: str, user_id: str) -> list[str]:
+        with self._mutex:
+            keys = [k for k, (_, t, u) in self._claims.items() if (t, u) == (tenant_id, user_id)]
+            for key in keys:
+                self._claims[key] = ("revoked", tenant_id, user_id)
+        return keys
+
+    async def forget(self, thread_key: str) -> None:
+        with self._mutex:
+            self._claims.pop(thread_key, None)

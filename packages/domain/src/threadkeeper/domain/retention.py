@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from threadkeeper.domain.errors import InvalidDuration
-from threadkeeper.domain.locks import RunLock, hold_when_free
+from threadkeeper.domain.locks import RunLock, ThreadLock, hold_when_free
 
 
 class ErasureReceipt(msgspec.Struct):
@@ -73,7 +73,7 @@ class HeldDeletion(Retention):
     activity is read (``is_idle``) and what deleting one removes (``_delete_held``).
     """
 
-    lock: RunLock | None = None
+    lock: RunLock | ThreadLock | None = None
 
     @abstractmethod
     async def is_idle(self, thread_key: str, cutoff: datetime) -> bool:

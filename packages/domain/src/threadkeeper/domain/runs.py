@@ -7,6 +7,7 @@ its stored final body), ``threadkeeper replay`` (the exact model input, rebuilt)
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from abc import ABC, abstractmethod
 from datetime import datetime
@@ -21,6 +22,28 @@ RunStatus = Literal["answered", "clarifying", "escalate"]
 
 class UnknownRun(DomainError):
     """No such run in this thread (HTTP 404)."""
+
+
+class IdempotencyMismatch(DomainError):
+    """A ``run_id`` already completed in this thread arrived with another request (HTTP 409).
+
+    ``run_id`` is an idempotency key scoped to the thread: an identical retry gets the stored
+    answer; the same key with another message content or message id is refused, naming the
+    field that differs (never what the stored request said).
+    """
+
+    def __init__(self, run_id: str, field: str) -> None:
+        super().__init__(
+            f"run {run_id} already completed in this thread with another {field}; "
+            "use a new run_id for a new message"
+        )
+        self.run_id = run_id
+        self.field = field
+
+
+def content_digest(content: str) -> str:
+    """What a run record keeps of its human message to recognise a retry: a SHA-256."""
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
 MEMORY_OPEN = "\n\n<memory>\n"
@@ -97,6 +120,21 @@ class RunRecord(msgspec.Struct, frozen=True):
     model_calls: tuple[ModelCall, ...] = ()
     checkpoint_id: str | None = None
     """The thread's checkpoint after the run (where replay reads the messages)."""
+    content_digest: str = ""
+    """``content_digest`` of the human message ("" in records written before it was kept)."""
+    message_id_given: bool = False
+    """Whether the caller named the human message's id (else threadkeeper made one up, and a
+    retry without one is not a different request)."""
+
+    def mismatch(self, content: str, message_id: str | None) -> str | None:
+        """The request field in which a retry of this run differs from it, if any."""
+        if message_id is not None and message_id != self.human_message_id:
+            return "message.id"
+        if message_id is None and self.message_id_given:
+            return "message.id"
+        if self.content_digest and content_digest(content) != self.content_digest:
+            return "message.content"
+        return None
 
 
 class Feedback(msgspec.Struct, frozen=True):

@@ -105,8 +105,9 @@ class TranscriptArchive(ABC):
     @abstractmethod
     async def append_round(self, round_: Round, tools: Sequence[ToolInvocation] = ()) -> bool:
         """Store both messages of a round atomically, with the audit rows of its tool calls
-        (kept apart from the transcript). ``False`` if ``run_id`` is already stored
-        (idempotent: a retry never duplicates a round)."""
+        (kept apart from the transcript). ``False`` if the thread already holds ``run_id``
+        (idempotent: a retry never duplicates a round). ``run_id`` is unique per thread
+        only: the same id in another thread is another round."""
 
     @abstractmethod
     async def page(
@@ -146,19 +147,20 @@ class InMemoryTranscriptArchive(TranscriptArchive):
 
     def __init__(self) -> None:
         self._rounds: dict[str, list[Round]] = {}
-        self._run_ids: set[str] = set()
-        self.tools: dict[str, list[ToolInvocation]] = {}
-        """Audit rows by run id."""
+        self._run_ids: set[tuple[str, str]] = set()
+        self.tools: dict[tuple[str, str], list[ToolInvocation]] = {}
+        """Audit rows by (thread key, run id)."""
         self._mutex = threading.Lock()
 
     async def append_round(self, round_: Round, tools: Sequence[ToolInvocation] = ()) -> bool:
+        key = (round_.thread_key, round_.run_id)
         with self._mutex:
-            if round_.run_id in self._run_ids:
+            if key in self._run_ids:
                 return False
-            self._run_ids.add(round_.run_id)
+            self._run_ids.add(key)
             self._rounds.setdefault(round_.thread_key, []).append(round_)
             if tools:
-                self.tools[round_.run_id] = list(tools)
+                self.tools[key] = list(tools)
             return True
 
     def _messages(self, thread_key: str) -> list[TranscriptMessage]:
@@ -187,9 +189,9 @@ class InMemoryTranscriptArchive(TranscriptArchive):
     async def delete_thread(self, thread_key: str) -> int:
         with self._mutex:
             rounds = self._rounds.pop(thread_key, [])
-            self._run_ids.difference_update(r.run_id for r in rounds)
+            self._run_ids.difference_update((thread_key, r.run_id) for r in rounds)
             for round_ in rounds:
-                self.tools.pop(round_.run_id, None)
+                self.tools.pop((thread_key, round_.run_id), None)
             return 2 * len(rounds)
 
     async def erase_user(self, tenant_id: str, user_id: str) -> tuple[int, int]:

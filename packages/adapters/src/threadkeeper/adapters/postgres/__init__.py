@@ -5,7 +5,9 @@
 - ``migrate_postgres`` runs the saver's and the store's ``setup()`` and threadkeeper's Alembic
   migrations. The service never issues DDL at start-up: ``open_postgres`` refuses a missing or
   older schema and says to run ``threadkeeper migrate``.
-- One run per thread across replicas: ``AdvisoryRunLock``.
+- One run per thread across replicas: ``AdvisoryThreadLock`` (advisory locks on one session
+  per replica, each taken with the thread's claim); a round is one transaction
+  (``PostgresRoundStore``) that checks the claim.
 - Each message stored once (``MessageLedger``, ``ledger.py``): checkpoints hold refs to message
   rows, and ``after_commit`` prunes the thread to its newest checkpoint.
 - threadkeeper's own tables (run records, feedback) go through SQLAlchemy (psycopg driver).
@@ -13,10 +15,10 @@
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,121 +31,69 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
 from threadkeeper.adapters.postgres.ledger import MessageLedger
+from threadkeeper.adapters.postgres.lock import AdvisoryThreadLock, advisory_key
 from threadkeeper.adapters.postgres.ratelimit import PostgresRateWindows
 from threadkeeper.adapters.postgres.retention import PostgresRetention
-from threadkeeper.adapters.sql import SqlRunRecords
-from threadkeeper.domain.errors import AtCapacity, ThreadBusy
-from threadkeeper.domain.locks import RunLock
+from threadkeeper.adapters.postgres.rounds import PostgresRoundStore
+from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
+from threadkeeper.domain.errors import AtCapacity
+
+__all__ = [
+    "AdvisoryThreadLock",
+    "FailFastPool",
+    "PostgresBackend",
+    "SchemaNotReady",
+    "advisory_key",
+    "check_schema",
+    "migrate_postgres",
+    "open_postgres",
+    "sqlalchemy_url",
+]
 
 log = logging.getLogger(__name__)
 
-APPLICATION_NAME = "tk-run:"
-POOL_SIZE = 20
-"""Connections for the saver, the store and short queries (per replica)."""
-LOCK_POOL_SIZE = 32
-"""Runs in flight per replica: each holds one connection for its thread's advisory lock."""
-LOCK_ACQUIRE_TIMEOUT = 10.0
-"""Seconds a run waits for a lock connection when ``LOCK_POOL_SIZE`` runs are in flight; then
-``PoolTimeout`` (answered 503)."""
+POOL_SIZE = 24
+"""Connections for the saver, the store and short queries (per replica). Runs take them
+briefly: 50 runs in flight on one replica fit (the reliability suite's load test)."""
+ENGINE_POOL_SIZE = 5
+ENGINE_MAX_OVERFLOW = 5
+"""threadkeeper's own tables and the round transactions (SQLAlchemy)."""
+POOL_WAIT_SECONDS = 1.0
+"""How long a request waits for a pooled connection. A server that cannot be reached leaves
+the pool without connections: the request fails after this (503 ``unavailable``) instead of
+psycopg_pool's 30 s; a pool whose connections are all in use is a replica at capacity."""
+FAIL_FAST: dict[str, Any] = {
+    "connect_timeout": 2,  # libpq's minimum
+    "tcp_user_timeout": 1000,  # ms: data unacknowledged this long (a partition) breaks it
+    "keepalives": 1,
+    "keepalives_idle": 1,
+    "keepalives_interval": 1,
+    "keepalives_count": 1,
+}
+"""Connection settings that make a dead or partitioned server an error within about a second
+(or two, for a query sent just before the partition), never a hang."""
 
 
 class SchemaNotReady(RuntimeError):
     """The database lacks threadkeeper's schema, or has an older one."""
 
 
-def advisory_key(thread_key: str) -> int:
-    """A stable signed 64-bit key for ``pg_try_advisory_lock`` (same on every replica)."""
-    return int.from_bytes(
-        hashlib.blake2b(thread_key.encode(), digest_size=8).digest(), "big", signed=True
-    )
+class FailFastPool(AsyncConnectionPool[Any]):
+    """A pool whose wait for a connection ends after ``POOL_WAIT_SECONDS`` either way, and
+    says which way: every connection in use is a replica at capacity (``AtCapacity``, 503
+    with ``Retry-After``); no connection to be had is the server out of reach (the
+    ``PoolTimeout`` itself, 503 ``unavailable``)."""
 
-
-def _lock_ids(key: int) -> tuple[int, int]:
-    unsigned = key & 0xFFFFFFFFFFFFFFFF
-    return unsigned >> 32, unsigned & 0xFFFFFFFF
-
-
-class AdvisoryRunLock(RunLock):
-    """``pg_try_advisory_lock`` on a connection pinned for the run.
-
-    The holder's run id is the session's ``application_name``, set before the lock is taken,
-    so a refused caller can always name the running run (``pg_locks`` ⋈ ``pg_stat_activity``).
-    Session-level locks break behind PgBouncer in transaction mode: connect directly.
-
-    A held lock pins its connection for the whole run, so locks take their connections from a
-    pool of their own (``pool``): runs in flight must never starve the saver and the store of
-    connections (with one shared pool of 20, 20 concurrent runs on different threads left
-    their own checkpoint writes waiting 30 s for a connection). ``query_pool`` serves the short
-    ``holder`` lookups; it defaults to ``pool``.
-    """
-
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[Any],
-        *,
-        query_pool: AsyncConnectionPool[Any] | None = None,
-        acquire_timeout: float = LOCK_ACQUIRE_TIMEOUT,
-    ) -> None:
-        self.pool = pool
-        self.query_pool = query_pool or pool
-        self.acquire_timeout = acquire_timeout
-
-    def hold(self, thread_key: str, run_id: str) -> AbstractAsyncContextManager[None]:
-        return self._hold(thread_key, run_id)
-
-    @asynccontextmanager
-    async def _hold(self, thread_key: str, run_id: str) -> AsyncIterator[None]:
-        key = advisory_key(thread_key)
+    async def getconn(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 (the pool's API)
         try:
-            conn = await self.pool.getconn(timeout=self.acquire_timeout)
+            return await super().getconn(timeout)
         except PoolTimeout as exc:
-            if self.pool.get_stats().get("pool_size", 0) < self.pool.max_size:
-                raise  # the pool could not even connect: the server is unreachable (503)
-            raise AtCapacity(
-                f"{self.pool.max_size} runs are in flight on this replica; retry shortly"
-            ) from exc
-        try:
-            await conn.execute(
-                "SELECT set_config('application_name', %s, false)", (APPLICATION_NAME + run_id,)
-            )
-            row: Any = await (
-                await conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (key,))
-            ).fetchone()
-            if not row["ok"]:
-                await conn.execute("SELECT set_config('application_name', '', false)")
-                raise ThreadBusy(await self.holder(thread_key) or "unknown")
-            try:
-                yield
-            finally:
-                try:
-                    await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-                    await conn.execute("SELECT set_config('application_name', '', false)")
-                except BaseException:
-                    # the session must not outlive a lock it may still hold
-                    log.warning("advisory unlock failed; closing the session", exc_info=True)
-                    await conn.close()
-                    raise
-
-        finally:
-            await self.pool.putconn(conn)
-
-    async def holder(self, thread_key: str) -> str | None:
-        classid, objid = _lock_ids(advisory_key(thread_key))
-        async with self.query_pool.connection() as conn:
-            row: Any = await (
-                await conn.execute(
-                    "SELECT a.application_name AS name FROM pg_locks l "
-                    "JOIN pg_stat_activity a ON a.pid = l.pid "
-                    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-                    "AND l.classid::bigint = %s AND l.objid::bigint = %s "
-                    "AND l.database = "
-                    "(SELECT oid FROM pg_database WHERE datname = current_database())",
-                    (classid, objid),
-                )
-            ).fetchone()
-        if row is None or not str(row["name"]).startswith(APPLICATION_NAME):
-            return None
-        return str(row["name"])[len(APPLICATION_NAME) :]
+            stats = self.get_stats()
+            if stats.get("pool_size", 0) >= self.max_size and not stats.get("pool_available"):
+                raise AtCapacity(
+                    f"all {self.max_size} connections of this replica are in use"
+                ) from exc
+            raise
 
 
 def sqlalchemy_url(postgres_url: str) -> str:
@@ -153,17 +103,30 @@ def sqlalchemy_url(postgres_url: str) -> str:
 
 
 def _pool(url: str, *, min_size: int = 2, max_size: int = POOL_SIZE) -> AsyncConnectionPool[Any]:
-    return AsyncConnectionPool(
+    return FailFastPool(
         url,
         min_size=min_size,
         max_size=max_size,
         open=False,
-        kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": None},
+        timeout=POOL_WAIT_SECONDS,
+        kwargs={
+            "autocommit": True,
+            "row_factory": dict_row,
+            "prepare_threshold": None,
+            **FAIL_FAST,
+        },
     )
 
 
 def _engine(url: str) -> AsyncEngine:
-    return create_async_engine(sqlalchemy_url(url), pool_size=5, pool_pre_ping=True)
+    return create_async_engine(
+        sqlalchemy_url(url),
+        pool_size=ENGINE_POOL_SIZE,
+        max_overflow=ENGINE_MAX_OVERFLOW,
+        pool_timeout=POOL_WAIT_SECONDS,
+        pool_pre_ping=True,
+        connect_args=FAIL_FAST,
+    )
 
 
 async def schema_problems(pool: AsyncConnectionPool[Any], engine: AsyncEngine) -> list[str]:
@@ -232,7 +195,9 @@ class PostgresBackend:
     store: AsyncPostgresStore
     engine: AsyncEngine
     runs: SqlRunRecords
-    lock: AdvisoryRunLock
+    fences: SqlRunFences
+    rounds: PostgresRoundStore
+    lock: AdvisoryThreadLock
     retention: PostgresRetention
     rate_windows: PostgresRateWindows
     """``THREADKEEPER_RATE_LIMIT_PER_MINUTE`` counted where every replica sees it."""
@@ -253,11 +218,15 @@ class PostgresBackend:
 
     async def health(self) -> dict[str, str]:
         try:
-            async with self.pool.connection(timeout=5) as conn:
+            async with asyncio.timeout(HEALTH_SECONDS), self.pool.connection() as conn:
                 await conn.execute("SELECT 1")
         except Exception as exc:
             return {"postgres": f"error: {type(exc).__name__}"}
         return {"postgres": "ok"}
+
+
+HEALTH_SECONDS = 0.9
+"""``/health/ready`` answers within a second, reachable or not."""
 
 
 @asynccontextmanager
@@ -265,10 +234,9 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
     """Open the pool and engine; refuse a schema that ``threadkeeper migrate`` has not made."""
     pool = _pool(url)
     await pool.open(wait=True, timeout=30)
-    lock_pool = _pool(url, min_size=1, max_size=LOCK_POOL_SIZE)
     engine = _engine(url)
+    lock = AdvisoryThreadLock(url, FAIL_FAST)
     try:
-        await lock_pool.open(wait=True, timeout=30)
         problems = await schema_problems(pool, engine)
         if problems:
             raise SchemaNotReady(
@@ -278,18 +246,20 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
         saver = MessageLedger(AsyncPostgresSaver(pool), pool)
         store = AsyncPostgresStore(pool)
         runs = SqlRunRecords(engine)
-        lock = AdvisoryRunLock(lock_pool, query_pool=pool)
+        fences = SqlRunFences(engine, None)
         yield PostgresBackend(
             pool=pool,
             saver=saver,
             store=store,
             engine=engine,
             runs=runs,
+            fences=fences,
+            rounds=PostgresRoundStore(engine, saver),
             lock=lock,
-            retention=PostgresRetention(saver, store, runs, pool, lock),
+            retention=PostgresRetention(saver, store, runs, pool, lock, fences),
             rate_windows=PostgresRateWindows(pool),
         )
     finally:
+        await lock.close()
         await engine.dispose()
-        await lock_pool.close()
         await pool.close()

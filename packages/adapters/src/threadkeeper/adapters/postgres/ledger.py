@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,12 @@ class MessageLedger(BaseCheckpointSaver[Any]):
 
     # -- messages -> refs -------------------------------------------------------------------
 
-    async def _store(self, thread_id: str, messages: Sequence[BaseMessage]) -> list[int]:
+    async def _store(
+        self, thread_id: str, messages: Sequence[BaseMessage], conn: Any = None
+    ) -> tuple[list[int], Callable[[], None]]:
+        """Insert the messages not yet stored (on ``conn``, in its transaction, or on a pooled
+        connection); their seqs, and the cache update to apply once the rows are committed
+        (a rolled-back insert must leave the cache as it was: its seqs never existed)."""
         entry = self._thread(thread_id)
         seqs: list[int | None] = []
         new: list[tuple[int, BaseMessage]] = []  # (position, message)
@@ -239,26 +245,82 @@ class MessageLedger(BaseCheckpointSaver[Any]):
                 type_, body = self.serde.dumps_typed(message)
                 types.append(type_)
                 bodies.append(body)
-            async with self.pool.connection() as conn:
-                cursor = await conn.execute(
-                    f"INSERT INTO {TABLE} (thread_id, type, body) "  # TABLE: a constant
-                    "SELECT %s, t, b FROM unnest(%s::varchar[], %s::bytea[]) "
-                    "WITH ORDINALITY AS m(t, b, n) ORDER BY n RETURNING seq",
-                    (thread_id, types, bodies),
-                )
-                rows: list[Any] = await cursor.fetchall()
+            insert = (
+                f"INSERT INTO {TABLE} (thread_id, type, body) "  # TABLE: a constant
+                "SELECT %s, t, b FROM unnest(%s::varchar[], %s::bytea[]) "
+                "WITH ORDINALITY AS m(t, b, n) ORDER BY n RETURNING seq"
+            )
+            if conn is None:
+                async with self.pool.connection() as pooled:
+                    cursor = await pooled.execute(insert, (thread_id, types, bodies))
+                    rows: list[Any] = await cursor.fetchall()
+            else:
+                async with conn.cursor(row_factory=dict_row) as cursor:
+                    await cursor.execute(insert, (thread_id, types, bodies))
+                    rows = await cursor.fetchall()
             # RETURNING follows the insert order, and the insert follows ORDER BY n
             inserted = sorted(int(r["seq"]) for r in rows)
-            for (position, message), seq in zip(new, inserted, strict=True):
+            for (position, _), seq in zip(new, inserted, strict=True):
                 seqs[position] = seq
-                self._remember(seq, message)
         final = [s for s in seqs if s is not None]
-        previous = set(entry.head.values())
-        if not previous.issubset(final):  # a message replaced or dropped: its old row is garbage
-            entry.dirty = True
-        entry.head = {m.id: seq for seq, m in zip(final, messages, strict=True) if m.id is not None}
-        self._set_hot(thread_id, final, list(messages))
-        return final
+        added = [(seqs[position], message) for position, message in new]
+
+        def apply() -> None:
+            for seq, message in added:
+                assert seq is not None
+                self._remember(seq, message)
+            entry = self._thread(thread_id)
+            previous = set(entry.head.values())
+            if not previous.issubset(final):  # a message replaced or dropped: old row garbage
+                entry.dirty = True
+            entry.head = {
+                m.id: seq for seq, m in zip(final, messages, strict=True) if m.id is not None
+            }
+            self._set_hot(thread_id, final, list(messages))
+
+        return final, apply
+
+    def _stored(self, checkpoint: Checkpoint, seqs: list[int]) -> Checkpoint:
+        return {
+            **checkpoint,
+            "channel_values": {**checkpoint["channel_values"], CHANNEL: {REFS: seqs}},
+        }
+
+    @staticmethod
+    def _is_message_list(checkpoint: Checkpoint, new_versions: ChannelVersions) -> bool:
+        value = checkpoint["channel_values"].get(CHANNEL)
+        return (
+            CHANNEL in new_versions
+            and isinstance(value, list)
+            and all(isinstance(m, BaseMessage) for m in value)
+        )
+
+    async def aput_in(
+        self,
+        conn: Any,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[RunnableConfig, Callable[[], None]]:
+        """``aput`` on ``conn`` (a psycopg connection in the caller's transaction: the round
+        store's, which also checks the run's claim and writes its record); the stored config
+        and the cache update to apply once that transaction has committed."""
+        saver = AsyncPostgresSaver(conn, serde=self.serde)
+        if not self._is_message_list(checkpoint, new_versions):
+            return await saver.aput(config, checkpoint, metadata, new_versions), lambda: None
+        thread_id = str(config["configurable"]["thread_id"])
+        seqs, apply = await self._store(thread_id, checkpoint["channel_values"][CHANNEL], conn)
+        stored = self._stored(checkpoint, seqs)
+        return await saver.aput(config, stored, metadata, new_versions), apply
+
+    def discard(self, thread_id: str) -> None:
+        """After a rolled-back round: forget what this process knew of the thread (its next
+        read fetches the committed state)."""
+        hot = self._hot.pop(thread_id, None)
+        if hot is not None:
+            self._hot_messages -= len(hot[1])
+        self._threads.pop(thread_id, None)
 
     # -- BaseCheckpointSaver ----------------------------------------------------------------
 
@@ -295,21 +357,16 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        value = checkpoint["channel_values"].get(CHANNEL)
-        if (
-            CHANNEL not in new_versions
-            or not isinstance(value, list)
-            or not all(isinstance(m, BaseMessage) for m in value)
-        ):  # not a message list (another graph's channel of that name): stored as it is
+        if not self._is_message_list(checkpoint, new_versions):
+            # not a message list (another graph's channel of that name): stored as it is
             return await self.base.aput(config, checkpoint, metadata, new_versions)
         thread_id = str(config["configurable"]["thread_id"])
-        seqs = await self._store(thread_id, value)
-        stored: Checkpoint = {
-            **checkpoint,
-            "channel_values": {**checkpoint["channel_values"], CHANNEL: {REFS: seqs}},
-        }
+        seqs, apply = await self._store(thread_id, checkpoint["channel_values"][CHANNEL])
+        apply()  # the rows are committed (autocommit)
         try:
-            return await self.base.aput(config, stored, metadata, new_versions)
+            return await self.base.aput(
+                config, self._stored(checkpoint, seqs), metadata, new_versions
+            )
         except BaseException:
             self._thread(thread_id).dirty = True  # rows stored for a checkpoint that is not
             raise

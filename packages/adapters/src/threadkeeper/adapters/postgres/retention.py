@@ -20,8 +20,8 @@ from psycopg_pool import AsyncConnectionPool
 from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
 from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
 from threadkeeper.adapters.postgres.ratelimit import TABLE as RATE_TABLE
-from threadkeeper.adapters.sql import SqlRunRecords
-from threadkeeper.domain.locks import RunLock
+from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
+from threadkeeper.domain.locks import RunLock, ThreadLock
 from threadkeeper.domain.retention import ErasureReceipt
 
 TS_INDEX = "ix_tk_checkpoints_ts"
@@ -62,9 +62,10 @@ class PostgresRetention(CheckpointRetention):
         store: BaseStore,
         runs: SqlRunRecords,
         pool: AsyncConnectionPool[Any],
-        lock: RunLock | None = None,
+        lock: RunLock | ThreadLock | None = None,
+        fences: SqlRunFences | None = None,
     ) -> None:
-        super().__init__(saver, store, runs, lock)
+        super().__init__(saver, store, runs, lock, fences)
         self.pool = pool
 
     async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:

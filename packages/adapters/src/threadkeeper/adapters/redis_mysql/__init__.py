@@ -17,7 +17,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -30,18 +32,18 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
-from threadkeeper.adapters.checkpoint_retention import delete_store_prefix
+from threadkeeper.adapters.checkpoint_retention import delete_store_prefix, revoke_claims
 from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
 from threadkeeper.adapters.redis_mysql.lock import RedisRunLock
+from threadkeeper.adapters.redis_mysql.rounds import ArchiveRoundStore
 from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
-from threadkeeper.adapters.sql import SqlRunRecords
-from threadkeeper.domain.locks import RunLock
+from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
+from threadkeeper.domain.locks import ClaimedLock, RunLock, ThreadLock
 from threadkeeper.domain.memory import user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
 
@@ -58,6 +60,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+HEALTH_SECONDS = 0.9
+"""``/health/ready`` answers within a second, reachable or not."""
 
 STORE_MIGRATIONS = len(AsyncMyStore.MIGRATIONS) - 1
 # The store's own DDL takes the database's default collation, usually case-insensitive:
@@ -84,19 +89,87 @@ def mysql_url(url: str) -> URL:
     return parsed
 
 
+REDIS_TIMEOUT_SECONDS = 1.0
+"""Connect and per-command timeout: a Redis that does not answer is an error within it."""
+MYSQL_CONNECT_SECONDS = 1
+MYSQL_READ_SECONDS = 10
+"""A backstop for a server that accepts but never answers; a partition is caught sooner by
+the sockets' ``TCP_USER_TIMEOUT`` (``fail_fast_socket``)."""
+POOL_WAIT_SECONDS = 1.0
+FAIL_FAST_TCP = {
+    socket.TCP_KEEPIDLE: 1,
+    socket.TCP_KEEPINTVL: 1,
+    socket.TCP_KEEPCNT: 1,
+    socket.TCP_USER_TIMEOUT: 1000,  # ms of unacknowledged data (a partition) break it
+}
+
+
+def fail_fast_socket(sock: Any) -> None:
+    """Keepalives and ``TCP_USER_TIMEOUT`` on a connected socket: a partitioned server is an
+    error within about a second or two, never a hang."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in FAIL_FAST_TCP.items():
+        sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def _fail_fast_asyncmy(connection: Any) -> None:
+    transport = getattr(connection, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None:
+        fail_fast_socket(sock)
+
+
 def redis_client(url: str) -> Redis:
-    """A client that survives a Redis restart: a command on a connection the server closed is
-    retried on a new one (three times, backing off) instead of failing the run."""
+    """A client that survives a Redis restart — a command on a connection the server closed is
+    retried on a new one (twice, backing off) instead of failing the run — and fails fast when
+    Redis does not answer: a timeout is not retried."""
     return Redis.from_url(
         url,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3),
-        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2),
+        retry_on_error=[RedisConnectionError],
+        socket_timeout=REDIS_TIMEOUT_SECONDS,
+        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+        socket_keepalive=True,
+        socket_keepalive_options=FAIL_FAST_TCP,
         health_check_interval=30,
     )
 
 
 def _engine(url: str) -> AsyncEngine:
-    return create_async_engine(mysql_url(url), pool_size=10, pool_pre_ping=True, pool_recycle=3600)
+    engine = create_async_engine(
+        mysql_url(url),
+        pool_size=10,
+        max_overflow=10,
+        pool_timeout=POOL_WAIT_SECONDS,
+        pool_pre_ping=True,
+        pool_recycle=3600,
+        connect_args={"connect_timeout": MYSQL_CONNECT_SECONDS, "read_timeout": MYSQL_READ_SECONDS},
+    )
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _connect(dbapi_connection: Any, _: Any) -> None:
+        _fail_fast_asyncmy(dbapi_connection.driver_connection)
+
+    return engine
+
+
+class FailFastPool:
+    """An asyncmy pool whose connections get ``fail_fast_socket`` (for ``AsyncMyStore``)."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    @asynccontextmanager
+    async def acquire(self) -> AsyncIterator[Any]:
+        async with asyncio.timeout(POOL_WAIT_SECONDS * 5), self.pool.acquire() as connection:
+            _fail_fast_asyncmy(connection)
+            yield connection
+
+    def close(self) -> None:
+        self.pool.close()
+
+    async def wait_closed(self) -> None:
+        await self.pool.wait_closed()
 
 
 async def _store_pool(url: str, maxsize: int = 4) -> Any:
@@ -112,6 +185,8 @@ async def _store_pool(url: str, maxsize: int = 4) -> Any:
         minsize=1,
         maxsize=maxsize,
         pool_recycle=3600,
+        connect_timeout=MYSQL_CONNECT_SECONDS,
+        read_timeout=MYSQL_READ_SECONDS,
     )
 
 
@@ -184,13 +259,15 @@ class ArchiveRetention(HeldDeletion):
         saver: HealingRedisSaver,
         store: AsyncMyStore,
         runs: SqlRunRecords,
-        lock: RunLock | None = None,
+        lock: RunLock | ThreadLock | None = None,
+        fences: SqlRunFences | None = None,
     ) -> None:
         self.archive = archive
         self.saver = saver
         self.store = store
         self.runs = runs
         self.lock = lock
+        self.fences = fences
 
     async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
         return await self.archive.idle_threads(cutoff, limit=limit)
@@ -205,15 +282,22 @@ class ArchiveRetention(HeldDeletion):
         messages = await self.archive.delete_thread(thread_key)
         runs, feedback = await self.runs.delete_thread(thread_key)
         await self.saver.adelete_thread(thread_key)
+        if self.fences is not None:
+            await self.fences.forget(thread_key)
         exists = messages > 0 or runs > 0 or checkpoint is not None
         return ErasureReceipt(threads=int(exists), messages=messages, feedback=feedback)
 
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
-        keys = set(await self.archive.user_threads(tenant_id, user_id))
+        """Revoke the user's claims first (a run in flight then stores nothing), then delete
+        every thread found, those included."""
+        keys = await revoke_claims(self.fences, tenant_id, user_id)
+        keys.update(await self.archive.user_threads(tenant_id, user_id))
         keys.update(await self.runs.user_threads(tenant_id, user_id))
         receipt = await self.delete_threads(sorted(keys))
         _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
         items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
+        if self.fences is not None:
+            await self.fences.forget_user(tenant_id, user_id)
         return receipt + ErasureReceipt(memory_items=items, feedback=stray_feedback)
 
 
@@ -225,7 +309,10 @@ class RedisMysqlBackend:
     engine: AsyncEngine
     archive: SqlTranscriptArchive
     runs: SqlRunRecords
-    lock: RedisRunLock
+    fences: SqlRunFences
+    rounds: ArchiveRoundStore
+    lock: ClaimedLock
+    """``RedisRunLock`` for exclusion, the claims in MySQL (with the rounds they fence)."""
     retention: ArchiveRetention
     profile: str = "redis-mysql"
 
@@ -235,20 +322,24 @@ class RedisMysqlBackend:
         await self.saver.aprune([thread_key], strategy="keep_latest")
 
     async def health(self) -> dict[str, str]:
-        status: dict[str, str] = {}
-        try:
-            await self.redis.ping()
-            await self.saver.ensure_indexes()
-            status["redis"] = "ok"
-        except Exception as exc:
-            status["redis"] = f"error: {type(exc).__name__}"
-        try:
-            async with self.engine.connect() as conn:
+        """Both servers, probed at once, each within ``HEALTH_SECONDS``."""
+
+        async def redis() -> str:
+            async with asyncio.timeout(HEALTH_SECONDS):
+                await self.redis.ping()
+                await self.saver.ensure_indexes()
+            return "ok"
+
+        async def mysql() -> str:
+            async with asyncio.timeout(HEALTH_SECONDS), self.engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
-            status["mysql"] = "ok"
-        except Exception as exc:
-            status["mysql"] = f"error: {type(exc).__name__}"
-        return status
+            return "ok"
+
+        results = await asyncio.gather(redis(), mysql(), return_exceptions=True)
+        return {
+            name: result if isinstance(result, str) else f"error: {type(result).__name__}"
+            for name, result in zip(("redis", "mysql"), results, strict=True)
+        }
 
 
 @asynccontextmanager
@@ -270,7 +361,7 @@ async def open_redis_mysql(
                 "the MySQL schema is not ready (" + "; ".join(problems) + "): run "
                 "`threadkeeper migrate` with THREADKEEPER_PROFILE=redis-mysql first"
             )
-        pool = await _store_pool(mysql_url_)
+        pool = FailFastPool(await _store_pool(mysql_url_))
         store = AsyncMyStore(conn=pool)
         saver = HealingRedisSaver(
             redis_client=redis,
@@ -279,7 +370,8 @@ async def open_redis_mysql(
         await saver.asetup()  # RediSearch indexes (created only where missing)
         archive = SqlTranscriptArchive(engine)
         runs = SqlRunRecords(engine)
-        lock = RedisRunLock(redis, lock_ttl_seconds)
+        fences = SqlRunFences(engine, None)
+        lock = ClaimedLock(RedisRunLock(redis, lock_ttl_seconds), fences)
         yield RedisMysqlBackend(
             redis=redis,
             saver=saver,
@@ -287,8 +379,10 @@ async def open_redis_mysql(
             engine=engine,
             archive=archive,
             runs=runs,
+            fences=fences,
+            rounds=ArchiveRoundStore(engine, archive, saver),
             lock=lock,
-            retention=ArchiveRetention(archive, saver, store, runs, lock),
+            retention=ArchiveRetention(archive, saver, store, runs, lock, fences),
         )
     finally:
         if pool is not None:

@@ -4,8 +4,9 @@ Tables (Alembic revision 0002, ``threadkeeper migrate``):
 
 - ``chat_messages`` — one row per human message and per final AI answer (with its citations),
   the blog's "conversation bubbles"; a round's two rows are written in one transaction and
-  ``UNIQUE (run_id, role)`` makes a retried round a no-op. Tool calls and tool results never
-  land here.
+  ``UNIQUE (thread_key, run_id, role)`` makes a retried round a no-op (``run_id`` is unique per
+  thread only: the same id in another thread is another round). Tool calls and tool results
+  never land here.
 - ``chat_summaries`` — the thread's latest rolling summary, upserted with the round that
   produced it, so a cold start does not lose a long conversation's beginning.
 - ``tool_invocations`` — the audit trail of tool calls (tool, SHA-256 of the arguments,
@@ -69,7 +70,7 @@ chat_messages = Table(
     Column("content", LongText, nullable=False),
     Column("citations", LongText, nullable=False),
     Column("created_at", UtcDateTime(), nullable=False),
-    UniqueConstraint("run_id", "role", name="uq_chat_messages_run_role"),
+    UniqueConstraint("thread_key", "run_id", "role", name="uq_chat_messages_thread_run_role"),
     Index("ix_chat_messages_thread", "thread_key", "seq"),
     Index("ix_chat_messages_message", "thread_key", "message_id"),
     Index("ix_chat_messages_user", "tenant_id", "user_id"),
@@ -99,7 +100,7 @@ tool_invocations = Table(
     Column("duration_ms", Float, nullable=False),
     Column("status", String(16), nullable=False),
     Column("at", UtcDateTime(), nullable=False),
-    Index("ix_tool_invocations_run", "run_id"),
+    Index("ix_tool_invocations_thread_run", "thread_key", "run_id"),
     Index("ix_tool_invocations_thread", "thread_key"),
     Index("ix_tool_invocations_user", "tenant_id", "user_id"),
 )
@@ -155,31 +156,38 @@ class SqlTranscriptArchive(TranscriptArchive):
     async def append_round(self, round_: Round, tools: Sequence[ToolInvocation] = ()) -> bool:
         try:
             async with self.engine.begin() as conn:
-                await conn.execute(
-                    insert(chat_messages),
-                    [_row(round_, round_.human), _row(round_, round_.ai)],
-                )
-                if round_.summary:
-                    await self._put_summary(conn, round_)
-                if tools:
-                    await conn.execute(
-                        insert(tool_invocations),
-                        [
-                            {
-                                "run_id": round_.run_id,
-                                "thread_key": round_.thread_key,
-                                "tenant_id": round_.tenant_id,
-                                "user_id": round_.user_id,
-                                **msgspec.structs.asdict(tool),
-                            }
-                            for tool in tools
-                        ],
-                    )
+                await self.append_in(conn, round_, tools)
         except IntegrityError:
-            if await self._has_run(round_.run_id):
+            if await self._has_run(round_.thread_key, round_.run_id):
                 return False  # the round is already archived: a retry changes nothing
             raise
         return True
+
+    async def append_in(
+        self, conn: AsyncConnection, round_: Round, tools: Sequence[ToolInvocation] = ()
+    ) -> None:
+        """Write the round in the caller's transaction (the round store's, which also checks
+        the run's claim and writes its run record)."""
+        await conn.execute(
+            insert(chat_messages),
+            [_row(round_, round_.human), _row(round_, round_.ai)],
+        )
+        if round_.summary:
+            await self._put_summary(conn, round_)
+        if tools:
+            await conn.execute(
+                insert(tool_invocations),
+                [
+                    {
+                        "run_id": round_.run_id,
+                        "thread_key": round_.thread_key,
+                        "tenant_id": round_.tenant_id,
+                        "user_id": round_.user_id,
+                        **msgspec.structs.asdict(tool),
+                    }
+                    for tool in tools
+                ],
+            )
 
     async def _put_summary(self, conn: AsyncConnection, round_: Round) -> None:
         assert round_.summary is not None
@@ -198,10 +206,12 @@ class SqlTranscriptArchive(TranscriptArchive):
                 insert(chat_summaries).values(thread_key=round_.thread_key, **values)
             )
 
-    async def _has_run(self, run_id: str) -> bool:
+    async def _has_run(self, thread_key: str, run_id: str) -> bool:
         async with self.engine.connect() as conn:
             found = await conn.execute(
-                select(chat_messages.c.seq).where(chat_messages.c.run_id == run_id).limit(1)
+                select(chat_messages.c.seq)
+                .where(chat_messages.c.thread_key == thread_key, chat_messages.c.run_id == run_id)
+                .limit(1)
             )
             return found.first() is not None
 
@@ -339,8 +349,8 @@ class SqlTranscriptArchive(TranscriptArchive):
         async with self.engine.connect() as conn:
             return [r[0] for r in await conn.execute(query)]
 
-    async def invocations(self, run_id: str) -> list[ToolInvocation]:
-        """The audit rows of one run, in call order."""
+    async def invocations(self, thread_key: str, run_id: str) -> list[ToolInvocation]:
+        """The audit rows of one run of the thread, in call order."""
         async with self.engine.connect() as conn:
             rows = await conn.execute(
                 select(
@@ -351,7 +361,10 @@ class SqlTranscriptArchive(TranscriptArchive):
                     tool_invocations.c.status,
                     tool_invocations.c.at,
                 )
-                .where(tool_invocations.c.run_id == run_id)
+                .where(
+                    tool_invocations.c.thread_key == thread_key,
+                    tool_invocations.c.run_id == run_id,
+                )
                 .order_by(tool_invocations.c.id)
             )
             return [ToolInvocation(*r) for r in rows]

@@ -4,9 +4,10 @@ redis-py's asyncio ``Lock`` does the protocol: ``SET NX PX`` with a token to tak
 compare-and-delete (Lua) to release, compare-and-``PEXPIRE`` to extend. The token is
 ``<run_id>|<random>``, so the holder can always be named (409) and only its owner can release
 it. A background task re-arms the TTL every third of it while the run lives; a process killed
-mid-run therefore blocks its thread for at most ``ttl_seconds``. The archive's
-``UNIQUE (run_id, role)`` stays the last guard should a lock ever be lost (a pause longer than
-the TTL).
+mid-run therefore blocks its thread for at most ``ttl_seconds``. A lock can still be lost (a
+Redis flush or restart, a pause longer than the TTL): the run's claim in MySQL
+(``ClaimedLock`` + ``SqlRunFences``), checked by the archive transaction, keeps such a run
+from storing its round.
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ class RedisRunLock(RunLock):
         )
         token = f"{run_id}|{uuid.uuid4().hex}"
         if not await lock.acquire(token=token):
-            raise ThreadBusy(await self.holder(thread_key) or "unknown")
+            holder = await self.holder(thread_key)
+            # no holder: it let go between the two commands; try once more
+            if holder is not None or not await lock.acquire(token=token):
+                raise ThreadBusy(holder or await self.holder(thread_key))
         keeper = asyncio.create_task(self._keep(lock, thread_key))
         try:
             yield

@@ -51,6 +51,9 @@ class ThreadkeeperHttpPlugin(InitPlugin):
     def _provide_run_rate_limit(self) -> RunRateLimit | None:
         return self._settings.run_rate_limit
 
+    def _provide_sse_heartbeat(self) -> float:
+        return self._settings.sse_heartbeat_seconds
+
     def _configure_routes(self, app_config: AppConfig) -> None:
         settings = self._settings
         guards: list[Guard] = [name_server_span]  # first: a refused request's span is named too
@@ -69,6 +72,9 @@ class ThreadkeeperHttpPlugin(InitPlugin):
         app_config.dependencies["service"] = Provide(self._provide_service, sync_to_thread=False)
         app_config.dependencies["run_rate_limit"] = Provide(
             self._provide_run_rate_limit, sync_to_thread=False
+        )
+        app_config.dependencies["sse_heartbeat"] = Provide(
+            self._provide_sse_heartbeat, sync_to_thread=False
         )
 
     def _configure_problems(self, app_config: AppConfig) -> None:

@@ -22,17 +22,22 @@ from threadkeeper.app.service import (
     DuplicateMessage,
     RunFailed,
     Unavailable,
+    storage_unreachable,
 )
 from threadkeeper.domain.errors import (
     AtCapacity,
+    ClaimLost,
+    CommitInDoubt,
     ContextOverflow,
     DomainError,
     MessageTooLarge,
+    ModelUnavailable,
+    RunTimeout,
     ThreadBusy,
     UnknownMessage,
     UnknownThread,
 )
-from threadkeeper.domain.runs import UnknownRun
+from threadkeeper.domain.runs import IdempotencyMismatch, UnknownRun
 
 log = logging.getLogger("threadkeeper.app.http")
 
@@ -43,6 +48,29 @@ TYPE_PREFIX = "urn:threadkeeper:problem:"
 _DOMAIN: dict[type[DomainError], tuple[str, str, str | None]] = {
     ThreadBusy: ("thread-busy", "Thread busy", None),
     DuplicateMessage: ("duplicate-message", "Duplicate message", None),
+    IdempotencyMismatch: ("idempotency-mismatch", "Idempotency key reused", None),
+    ClaimLost: (
+        "claim-lost",
+        "Run lost its claim on the thread",
+        "The run lost its hold on the thread before it could store its round (its lock was "
+        "lost, or the user was erased); nothing was stored.",
+    ),
+    ModelUnavailable: (
+        "model-unavailable",
+        "Model unavailable",
+        "The model did not answer (after its retries and fallback); the thread is unchanged.",
+    ),
+    RunTimeout: (
+        "run-timeout",
+        "Run timed out",
+        "The run did not finish within THREADKEEPER_RUN_TIMEOUT_SECONDS; the thread is unchanged.",
+    ),
+    CommitInDoubt: (
+        "commit-in-doubt",
+        "Outcome unknown",
+        "The store became unreachable while the round was being committed: it may or may not "
+        "be stored. Retry with the same run_id to get the stored answer, or a new run.",
+    ),
     MessageTooLarge: ("message-too-large", "Message too large", None),
     ContextOverflow: ("context-overflow", "Context overflow", None),
     UnknownThread: ("unknown-thread", "Unknown thread", "No such thread."),
@@ -94,13 +122,20 @@ def domain_problem(exc: DomainError) -> ProblemDetailsException:
         return unexpected_problem(exc)
     slug, title, detail = known
     extensions: dict[str, Any] = {}
+    headers = None
     if isinstance(exc, ThreadBusy):
         extensions["running_run_id"] = exc.running_run_id
+        if exc.running_run_id is None:
+            detail = "A run on this thread is ending; retry."
+            headers = {"Retry-After": "1"}
     if isinstance(exc, DuplicateMessage):
         extensions["message_id"] = exc.message_id
-    headers = None
+    if isinstance(exc, IdempotencyMismatch):
+        extensions["field"] = exc.field
     if isinstance(exc, AtCapacity):
         headers = {"Retry-After": str(exc.retry_after_seconds)}
+    if isinstance(exc, CommitInDoubt):
+        headers = {"Retry-After": "5"}
     return http_problem(
         status,
         detail if detail is not None else str(exc),
@@ -193,33 +228,6 @@ def litestar_problem(exc: HTTPException) -> ProblemDetailsException:
     status = exc.status_code
     detail = exc.detail if status < 500 else None
     return http_problem(status, detail, headers=exc.headers)
-
-
-def storage_unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) is a storage server that cannot be reached."""
-    import psycopg
-    import psycopg_pool
-    import redis.exceptions
-    import sqlalchemy.exc
-
-    unreachable = (
-        ConnectionError,
-        TimeoutError,
-        redis.exceptions.ConnectionError,
-        redis.exceptions.TimeoutError,
-        sqlalchemy.exc.OperationalError,
-        sqlalchemy.exc.InterfaceError,
-        psycopg.OperationalError,
-        psycopg_pool.PoolTimeout,
-    )
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, unreachable):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def unexpected_problem(exc: BaseException) -> ProblemDetailsException:

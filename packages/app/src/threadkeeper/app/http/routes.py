@@ -130,6 +130,8 @@ Service = SkipValidation[NamedDependency[ThreadService]]
 CallerDep = NamedDependency[Caller]
 RunRateLimitDep = SkipValidation[NamedDependency[RunRateLimit | None]]
 """``THREADKEEPER_RATE_LIMIT_PER_MINUTE`` (``None``: off)."""
+SseHeartbeatDep = SkipValidation[NamedDependency[float]]
+"""``THREADKEEPER_SSE_HEARTBEAT_SECONDS``."""
 
 
 async def provide_caller(
@@ -154,6 +156,10 @@ def strict_json_body(body_type: type[Any]) -> BeforeRequestHookHandler:
             raise invalid_body(exc) from exc
         except msgspec.DecodeError as exc:
             raise ClientException(f"The body is not JSON: {exc}") from exc
+        except UnicodeDecodeError as exc:  # msgspec's error for invalid UTF-8 in a string
+            raise ClientException(
+                f"The body is not JSON: invalid UTF-8 at byte {exc.start}"
+            ) from exc
 
     return check
 
@@ -171,6 +177,16 @@ def _thread_id(value: str) -> str:
 def _run_id(value: str, source: str = "path") -> str:
     """The canonical (lower-case) form, so a retry matches however the client spelled it."""
     return str(uuid.UUID(_exact(value, UUID_PATTERN, "run_id", source)))
+
+
+def _single_integer(request: Request[Any, Any, Any], key: str) -> None:
+    """Litestar reads ``1e2`` or ``2.0`` as an integer and takes one of several values: the
+    contract wants a query integer written as digits, once."""
+    values = request.query_params.getall(key, [])
+    if len(values) > 1:
+        raise invalid(key, "query", f"Expected one value, got {len(values)}")
+    if values and not (values[0].isascii() and values[0].isdigit()):
+        raise invalid(key, "query", "Expected an integer written as digits")
 
 
 def _own_user(caller: Caller, user_id: str) -> None:
@@ -199,6 +215,7 @@ async def start_run(
     service: Service,
     caller: CallerDep,
     run_rate_limit: RunRateLimitDep,
+    sse_heartbeat: SseHeartbeatDep,
     thread_id: ThreadIdPath,
     data: JSONBody[RunBody],
 ) -> Response[Any]:
@@ -228,7 +245,7 @@ async def start_run(
     handle = await service.start_run(caller, thread_id, run_request)
     if representation == JSON:
         return Response(await handle.result(), media_type=JSON, status_code=200)
-    return (await EventRelay.start(handle.events())).response()
+    return (await EventRelay.start(handle.events(), sse_heartbeat)).response()
 
 
 def message_out(message: TranscriptMessage) -> TranscriptMessageOut:
@@ -247,6 +264,7 @@ def message_out(message: TranscriptMessage) -> TranscriptMessageOut:
     responses=problems(401, 403, 404, 422, 500, 503),
 )
 async def list_messages(
+    request: Request[Any, Any, Any],
     service: Service,
     caller: CallerDep,
     thread_id: ThreadIdPath,
@@ -255,6 +273,7 @@ async def list_messages(
 ) -> MessagesPageOut:
     """A page of the transcript, oldest→newest: human messages and non-empty AI answers."""
     _thread_id(thread_id)
+    _single_integer(request, "limit")
     if before is not None:
         _exact(before, THREAD_ID_PATTERN, "before", "query")
     page = await service.messages(caller, thread_id, limit=limit, before=before)

@@ -40,6 +40,8 @@ class HttpSettings:
     """Whole request bodies over this are refused with 413 before they are parsed."""
     run_rate_limit: RunRateLimit | None = None
     """Runs per (tenant, user) per minute (``POST …/runs`` over it → 429); ``None``: off."""
+    sse_heartbeat_seconds: float = 15.0
+    """A keep-alive comment on a run's SSE stream after this long without an event."""
 
     def __post_init__(self) -> None:
         if self.require_token and not self.tokens():

@@ -1,0 +1,102 @@
+"""A round on the postgres profile: one PostgreSQL transaction.
+
+In it: the run's claim is checked and its row locked (``FOR UPDATE``: a run that claims the
+thread meanwhile waits for this transaction, then reads the thread with the round in it),
+the staged checkpoints go through ``MessageLedger`` (new message rows, then the checkpoint
+with refs, on the transaction's own connection), and the run record is written. The ledger's
+in-process cache learns the new rows only once the transaction has committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from threadkeeper.adapters.atomic import StagedPut
+from threadkeeper.adapters.postgres.ledger import MessageLedger
+from threadkeeper.adapters.rounds import RoundStore, RoundWrite, resolve_in_doubt
+from threadkeeper.adapters.sql import check_claim, insert_record, run_records
+
+log = logging.getLogger(__name__)
+
+
+class PostgresRoundStore(RoundStore):
+    def __init__(self, engine: AsyncEngine, ledger: MessageLedger) -> None:
+        self.engine = engine
+        self.ledger = ledger
+
+    async def commit(self, write: RoundWrite) -> str | None:
+        applied: list[Callable[[], None]] = []
+        async with self.engine.connect() as conn:
+            try:
+                await check_claim(conn, write.thread_key, write.claim)
+                raw: Any = (await conn.get_raw_connection()).driver_connection
+                session = await self._session(conn)
+                saver = AsyncPostgresSaver(raw, serde=self.ledger.serde)
+                for op in write.staging.log:
+                    if isinstance(op, StagedPut):
+                        _, apply = await self.ledger.aput_in(
+                            raw, op.config, op.checkpoint, op.metadata, op.new_versions
+                        )
+                        applied.append(apply)
+                    else:
+                        await saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
+                await insert_record(conn, write.stored_record())
+            except BaseException:
+                self.ledger.discard(write.thread_key)
+                with contextlib.suppress(Exception):
+                    await conn.rollback()
+                raise
+            try:
+                await conn.commit()
+            except Exception as failure:
+                self.ledger.discard(write.thread_key)
+                await resolve_in_doubt(
+                    failure,
+                    end_session=lambda: self._end_session(session),
+                    stored=lambda: self._stored(write),
+                    what=f"run {write.record.run_id}",
+                )
+                return write.checkpoint_id()  # it did commit; the cache reads it back
+        for apply in applied:
+            apply()
+        return write.checkpoint_id()
+
+    @staticmethod
+    async def _session(conn: Any) -> tuple[int, Any]:
+        """The transaction's server session: (pid, backend_start)."""
+        row = (
+            await conn.execute(
+                text("SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+            )
+        ).one()
+        return int(row[0]), row[1]
+
+    async def _end_session(self, session: tuple[int, Any]) -> None:
+        """End the broken transaction's session on the server (so that a COMMIT still in
+        flight can never land), and wait until it is gone."""
+        pid, started = session
+        async with self.engine.connect() as conn:
+            await conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                    "WHERE pid = :pid AND backend_start = :started"
+                ),
+                {"pid": pid, "started": started},
+            )
+
+    async def _stored(self, write: RoundWrite) -> bool:
+        async with self.engine.connect() as conn:
+            found = await conn.execute(
+                select(run_records.c.run_id).where(
+                    run_records.c.thread_key == write.thread_key,
+                    run_records.c.run_id == write.record.run_id,
+                )
+            )
+            return found.first() is not None

@@ -1,0 +1,109 @@
+"""A round on the redis-mysql profile: the MySQL archive first, Redis after.
+
+The archive is the record, so the round is stored when one MySQL transaction has committed:
+the run's claim checked (its row locked ``FOR UPDATE``), the round's two messages, its
+summary and tool-call audit rows, and the run record. Only then are the staged checkpoints
+written to Redis, which is a cache of the recent context: if that fails, the thread's
+checkpoints are dropped, so that the next run starts cold from the archive (which holds the
+whole round), and the round stays acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from threadkeeper.adapters.atomic import StagedPut
+from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
+from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
+from threadkeeper.adapters.rounds import RoundStore, RoundWrite, resolve_in_doubt
+from threadkeeper.adapters.sql import check_claim, insert_record, run_records
+
+log = logging.getLogger(__name__)
+
+
+class ArchiveRoundStore(RoundStore):
+    def __init__(
+        self, engine: AsyncEngine, archive: SqlTranscriptArchive, saver: HealingRedisSaver
+    ) -> None:
+        self.engine = engine
+        self.archive = archive
+        self.saver = saver
+
+    async def commit(self, write: RoundWrite) -> str | None:
+        if not write.round.ai.content.strip():
+            raise RuntimeError("the round has no answer text to archive")
+        async with self.engine.connect() as conn:
+            try:
+                await check_claim(conn, write.thread_key, write.claim)
+                session = (await conn.execute(text("SELECT CONNECTION_ID()"))).scalar_one()
+                await self.archive.append_in(conn, write.round, write.tools)
+                await insert_record(conn, write.stored_record())
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await conn.rollback()
+                raise
+            try:
+                await conn.commit()
+            except Exception as failure:
+                await resolve_in_doubt(
+                    failure,
+                    end_session=lambda: self._end_session(int(session)),
+                    stored=lambda: self._stored(write),
+                    what=f"run {write.record.run_id}",
+                )
+        return await self._write_checkpoints(write)
+
+    async def _write_checkpoints(self, write: RoundWrite) -> str | None:
+        """The staged checkpoints into Redis; on failure drop the thread's checkpoints."""
+        last: Any = None
+        try:
+            for op in write.staging.log:
+                if isinstance(op, StagedPut):
+                    last = await self.saver.aput(
+                        op.config, op.checkpoint, op.metadata, op.new_versions
+                    )
+                else:
+                    await self.saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
+        except Exception:
+            log.warning(
+                "run %s is archived but its checkpoints did not reach Redis; the thread's "
+                "next run starts from the archive",
+                write.record.run_id,
+                exc_info=True,
+            )
+            try:
+                await self.saver.adelete_thread(write.thread_key)
+            except Exception:
+                log.warning("could not drop the thread's checkpoints either", exc_info=True)
+            return None
+        return None if last is None else str(last["configurable"]["checkpoint_id"])
+
+    async def _end_session(self, session: int) -> None:
+        """``KILL`` the broken transaction's connection if the server still has it, and wait
+        until it is gone (``KILL`` only flags it)."""
+        alive = text("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = :id")
+        async with self.engine.connect() as conn:
+            for attempt in range(100):
+                if not (await conn.execute(alive, {"id": session})).scalar_one():
+                    return
+                if attempt == 0:
+                    with contextlib.suppress(Exception):  # it ended meanwhile
+                        await conn.execute(text(f"KILL CONNECTION {int(session)}"))
+                await asyncio.sleep(0.05)
+        raise TimeoutError(f"MySQL connection {session} did not end")
+
+    async def _stored(self, write: RoundWrite) -> bool:
+        async with self.engine.connect() as conn:
+            found = await conn.execute(
+                select(run_records.c.run_id).where(
+                    run_records.c.thread_key == write.thread_key,
+                    run_records.c.run_id == write.record.run_id,
+                )
+            )
+            return found.first() is not None

@@ -1,0 +1,114 @@
+"""A round as a unit of work: what one finished run stores, stored whole or not at all.
+
+A run's checkpoint writes are staged (``AtomicSaver``) while the graph runs. When it has
+finished, the profile's ``RoundStore`` stores, in one transaction of the profile's database:
+
+- the check that the run still holds its claim on the thread (``RunFences``): a run that lost
+  its lock, or whose user was erased while it ran, stores nothing (``ClaimLost``);
+- the round itself — the staged checkpoints (embedded, postgres) or the archived round
+  (redis-mysql, whose checkpoints are a cache written after it);
+- the run record (an idempotent retry, replay and feedback depend on it: it belongs to the
+  round).
+
+Only when that transaction committed is the run acknowledged. If the connection breaks while
+the transaction commits, nobody knows whether it did: the store learns it before answering
+(``resolve_in_doubt``), ending the old session first so that it cannot commit later, and
+raises ``CommitInDoubt`` only if the database stays out of reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from threadkeeper.adapters.atomic import StagedPut, Staging
+from threadkeeper.domain.errors import CommitInDoubt
+from threadkeeper.domain.runs import RunRecord
+from threadkeeper.domain.transcript import Round, ToolInvocation
+
+log = logging.getLogger(__name__)
+
+RESOLVE_SECONDS = 20.0
+"""How long a store tries to learn the outcome of a commit whose connection broke."""
+RESOLVE_POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class RoundWrite:
+    """Everything one finished run stores."""
+
+    staging: Staging
+    claim: str
+    """The run's claim on the thread (``RunFences.claim``)."""
+    record: RunRecord
+    round: Round
+    """The round as the transcript keeps it (the archive, where the profile has one)."""
+    tools: Sequence[ToolInvocation] = field(default_factory=tuple)
+
+    @property
+    def thread_key(self) -> str:
+        return self.record.thread_key
+
+    def checkpoint_id(self) -> str | None:
+        """The id of the newest staged checkpoint (the thread's head once stored)."""
+        puts = [op for op in self.staging.log if isinstance(op, StagedPut)]
+        return str(puts[-1].checkpoint["id"]) if puts else None
+
+    def stored_record(self) -> RunRecord:
+        return msgspec.structs.replace(self.record, checkpoint_id=self.checkpoint_id())
+
+
+class RoundStore(ABC):
+    """Stores a finished run's round (see the module docstring)."""
+
+    @abstractmethod
+    async def commit(self, write: RoundWrite) -> str | None:
+        """Store the round whole; the thread's new head checkpoint id (``None`` where the
+        checkpoints could not be written after the record was: the next run cold-starts).
+
+        Raises:
+            ClaimLost: the run's claim on the thread was replaced or revoked; nothing stored.
+            CommitInDoubt: the commit's outcome could not be learnt in time.
+            Exception: anything else: nothing was stored.
+        """
+
+
+async def resolve_in_doubt(
+    failure: BaseException,
+    *,
+    end_session: Callable[[], Awaitable[None]],
+    stored: Callable[[], Awaitable[bool]],
+    what: str,
+    seconds: float = RESOLVE_SECONDS,
+) -> None:
+    """After the connection broke during a commit: end the old session (so its transaction
+    can no longer commit), then look whether the round is stored. Returns when it is;
+    re-raises ``failure`` when it is not.
+
+    Raises:
+        CommitInDoubt: the database could not be reached within ``seconds``.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            await end_session()
+            found = await stored()
+        except Exception:  # still out of reach
+            if time.monotonic() >= deadline:
+                log.error("the outcome of %s is unknown: the store is out of reach", what)
+                raise CommitInDoubt(
+                    "the store became unreachable while the round was committing; retry "
+                    "with the same run_id to learn whether it was stored"
+                ) from failure
+            await asyncio.sleep(RESOLVE_POLL_SECONDS)
+            continue
+        if found:
+            log.warning("%s committed although its connection broke at the commit", what)
+            return
+        raise failure

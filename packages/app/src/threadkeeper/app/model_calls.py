@@ -1,0 +1,124 @@
+"""Model calls that cannot hang a thread: a deadline per call, retries, a fallback model.
+
+A provider that stops answering held a thread for minutes (``init_chat_model`` sets no
+timeout; the openai client waits 600 s per try, three tries, and its timeout bounds only the
+gap between chunks of a stream). So every model call runs through, outermost first:
+
+- ``ModelFailureBoundary`` — whatever the model calls below it raise in the end is one
+  ``ModelUnavailable`` (HTTP 502 ``model-unavailable``, the thread unchanged);
+- LangChain's ``ModelFallbackMiddleware`` (``THREADKEEPER_MODEL_FALLBACK``), when configured;
+- LangChain's ``ModelRetryMiddleware`` (``THREADKEEPER_MODEL_MAX_RETRIES``) with
+  ``on_failure="error"`` — its default, ``"continue"``, would answer with the error text and
+  store it as the answer;
+- ``ModelCallDeadline`` (``THREADKEEPER_MODEL_TIMEOUT_SECONDS``): one call, its whole stream
+  included. A failed attempt is announced on the stream (``custom`` ``{"stage": "model",
+  "status": "retry"}``): the deltas streamed so far belong to an answer that will not be kept.
+
+The provider client's own retries are off (``max_retries=0``): retrying is done once, here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ModelFallbackMiddleware,
+    ModelRequest,
+    ModelResponse,
+    ModelRetryMiddleware,
+)
+from langchain_core.language_models import BaseChatModel
+from langgraph.config import get_stream_writer
+from langgraph.errors import GraphBubbleUp
+
+from threadkeeper.domain.errors import DomainError, ModelUnavailable
+
+log = logging.getLogger(__name__)
+
+RETRY_INITIAL_DELAY_SECONDS = 0.5
+
+
+class ModelTimeout(TimeoutError):
+    """One model call took longer than ``THREADKEEPER_MODEL_TIMEOUT_SECONDS``."""
+
+
+Handler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+
+
+class ModelCallDeadline(AgentMiddleware[Any, Any]):
+    """One model call, its whole stream included, within ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    @property
+    def name(self) -> str:
+        return "model_call_deadline"
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: Handler
+    ) -> ModelResponse[Any]:
+        try:
+            async with asyncio.timeout(self.seconds):
+                return await handler(request)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            if isinstance(exc, TimeoutError):
+                exc = ModelTimeout(f"the model call took longer than {self.seconds:g} s")
+            log.warning("a model call failed: %s", type(exc).__name__)
+            _announce_failure(exc)
+            raise exc from None
+
+
+def _announce_failure(exc: BaseException) -> None:
+    try:
+        write = get_stream_writer()
+    except Exception:  # outside a graph run (tests calling the middleware directly)
+        return
+    write({"stage": "model", "status": "retry", "error": type(exc).__name__})
+
+
+class ModelFailureBoundary(AgentMiddleware[Any, Any]):
+    """The model calls' final failure as ``ModelUnavailable`` (type names only: provider
+    errors can quote the request)."""
+
+    @property
+    def name(self) -> str:
+        return "model_failure_boundary"
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: Handler
+    ) -> ModelResponse[Any]:
+        try:
+            return await handler(request)
+        except (GraphBubbleUp, DomainError):
+            raise
+        except Exception as exc:
+            raise ModelUnavailable(
+                f"the model did not answer ({type(exc).__name__}); nothing was stored"
+            ) from exc
+
+
+def model_call_middleware(
+    *, timeout_seconds: float, max_retries: int, fallback: BaseChatModel | None
+) -> Sequence[AgentMiddleware[Any, Any]]:
+    """The middleware around every model call, outermost first (see the module docstring)."""
+    chain: list[AgentMiddleware[Any, Any]] = [ModelFailureBoundary()]
+    if fallback is not None:
+        chain.append(ModelFallbackMiddleware(fallback))
+    if max_retries > 0:
+        chain.append(
+            ModelRetryMiddleware(
+                max_retries=max_retries,
+                on_failure="error",
+                initial_delay=RETRY_INITIAL_DELAY_SECONDS,
+            )
+        )
+    chain.append(ModelCallDeadline(timeout_seconds))
+    return chain
