@@ -36,7 +36,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import mysql
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -166,6 +166,19 @@ async def check_claim(conn: AsyncConnection, thread_key: str, token: str) -> Non
         )
 
 
+def upsert(conn: AsyncConnection, table: Table, key: dict[str, Any], values: dict[str, Any]) -> Any:
+    """``INSERT … ON CONFLICT/DUPLICATE KEY UPDATE`` in the connection's dialect: one
+    statement, where an update-then-insert takes gap locks that deadlock on MySQL."""
+    name = conn.dialect.name
+    if name in ("mysql", "mariadb"):
+        return mysql.insert(table).values(**key, **values).on_duplicate_key_update(**values)
+    if name == "postgresql":
+        on_postgres = postgresql.insert(table).values(**key, **values)
+        return on_postgres.on_conflict_do_update(index_elements=list(key), set_=values)
+    on_sqlite = sqlite.insert(table).values(**key, **values)
+    return on_sqlite.on_conflict_do_update(index_elements=list(key), set_=values)
+
+
 class SqlAccess:
     """An engine, and the guard every use of it holds (the embedded profile's one
     connection); ``None`` for a pooled server engine."""
@@ -202,24 +215,9 @@ class SqlRunFences(SqlAccess, RunFences):
             "claimed_at": datetime.now(UTC),
             "released": False,
         }
-        # The caller holds the thread's lock: no other claim of this thread runs now (an
-        # erasure only updates rows), so update-then-insert needs no dialect's upsert.
-        for _ in range(2):
-            try:
-                async with self.begin() as conn:
-                    changed = await conn.execute(
-                        update(run_claims)
-                        .where(run_claims.c.thread_key == thread_key)
-                        .values(**values)
-                    )
-                    if not changed.rowcount:
-                        await conn.execute(
-                            insert(run_claims).values(thread_key=thread_key, **values)
-                        )
-                return token
-            except IntegrityError:
-                continue  # inserted meanwhile (a lost lock's holder): update it instead
-        raise ClaimLost("the thread's claim could not be written")
+        async with self.begin() as conn:
+            await conn.execute(upsert(conn, run_claims, {"thread_key": thread_key}, values))
+        return token
 
     async def holds(self, thread_key: str, token: str) -> bool:
         async with self.connect() as conn:

@@ -82,8 +82,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
 
 
+def _draining_server_class() -> Any:
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """One SIGTERM/SIGINT drains: uvicorn stops accepting and waits for the requests in
+        flight, while the service lets its runs finish for ``grace`` seconds and then cancels
+        the rest — a cancelled run leaves its thread unchanged and its client gets a 503 or an
+        ``error`` event, not a dropped connection."""
+
+        def __init__(self, config: uvicorn.Config, service: Any, grace: float) -> None:
+            super().__init__(config)
+            self.service = service
+            self.grace = grace
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            drain = asyncio.create_task(self.service.drain(self.grace))
+            try:
+                await super().shutdown(sockets)
+            finally:
+                await drain
+
+    return DrainingServer
+
+
 def _run_server(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
+
+    DrainingServer = _draining_server_class()
 
     from threadkeeper.app.application import create_app, startup_problem
     from threadkeeper.app.container import make_container
@@ -104,7 +130,7 @@ def _run_server(settings: Settings, args: argparse.Namespace) -> int:
         # from here on —, model, hooks, agent) in the server's own loop before uvicorn starts:
         # a setting that cannot work is one clear line, not a traceback from the lifespan.
         try:
-            await container.service()  # type: ignore[misc]  # the lifespan gets this instance
+            service = await container.service()  # type: ignore[misc]  # the lifespan's too
         except Exception as exc:
             await container.shutdown_resources()  # type: ignore[misc]
             print(f"threadkeeper: cannot start: {startup_problem(exc, settings)}", file=sys.stderr)
@@ -116,17 +142,18 @@ def _run_server(settings: Settings, args: argparse.Namespace) -> int:
             f"(data: {_storage(settings)})",
             file=sys.stderr,
         )
+        grace = settings.shutdown_grace_seconds
         config = uvicorn.Config(
             app,
             host=args.host,
             port=args.port,
             log_level=args.log_level,
             lifespan="on",
-            # one SIGTERM/SIGINT drains: no new connections, requests in flight get the grace
-            # period, then they are cancelled (a cancelled run leaves its thread unchanged)
-            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),
+            # the drain (below) ends every run by ``grace``; uvicorn's own cancellation of
+            # requests still open comes a little later, as a last resort
+            timeout_graceful_shutdown=math.ceil(grace) + 5,
         )
-        server = uvicorn.Server(config)
+        server = DrainingServer(config, service, grace)
         try:
             await server.serve()
         finally:

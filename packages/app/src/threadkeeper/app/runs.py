@@ -39,12 +39,13 @@ from threadkeeper.app.service import (
     RunEvent,
     RunFailed,
     RunRequest,
+    Unavailable,
     run_failure,
 )
 from threadkeeper.app.telemetry import record_failure, tracer
 from threadkeeper.domain.errors import DomainError, MessageTooLarge, RunTimeout, UnknownThread
 from threadkeeper.domain.extraction import RoundText
-from threadkeeper.domain.locks import ThreadLock
+from threadkeeper.domain.locks import RunFences, ThreadLock
 from threadkeeper.domain.memory import (
     MemoryItem,
     MemoryKind,
@@ -81,6 +82,9 @@ COLD_START_MESSAGES = 20
 RUN_TIMEOUT_SECONDS = 120.0
 SHUTDOWN_GRACE_SECONDS = 20.0
 MEMORY_RETRY_DELAY_SECONDS = 1.0
+MEMORY_WRITE_SECONDS = 10.0
+"""The memory write after a stored round (a model-based extraction included) holds the
+thread and the ``end`` event this long at most; then it is retried in the background."""
 log = logging.getLogger(__name__)
 
 
@@ -90,6 +94,7 @@ class Backend(Protocol):
     runs: RunRecords
     rounds: RoundStore
     """Stores a finished run's round whole, with its run record, fenced by its claim."""
+    fences: RunFences
     lock: ThreadLock
     profile: str
     archive: TranscriptArchive | None
@@ -238,6 +243,7 @@ class RunService:
         self._tasks: set[asyncio.Task[None]] = set()
         """Runs in flight (shutdown drains them)."""
         self._runs: dict[asyncio.Task[None], LiveRun] = {}
+        self._draining = False
         self._background: set[asyncio.Task[None]] = set()
         """Retries of memory writes after a stored round."""
 
@@ -260,6 +266,8 @@ class RunService:
     async def start_run(
         self, caller: Caller, thread_id: str, request: RunRequest
     ) -> CompletedRun | LiveRun:
+        if self._draining:
+            raise Unavailable("the service is shutting down; retry on another replica")
         ref = self._ref(caller, thread_id)
         content = request.message.content
         size = len(content.encode("utf-8"))
@@ -424,10 +432,14 @@ class RunService:
             except Exception:  # the next run's upkeep catches up
                 log.warning("storage upkeep after run %s failed", run.run_id, exc_info=True)
             if body["status"] == "answered":
-                await self._remember_or_retry(ref, human, body, run.run_id)
+                await self._remember_or_retry(ref, human, body, run.run_id, claim)
         except asyncio.CancelledError:
+            failure: DomainError = RunFailed("the run was cancelled")
+            if self._draining:
+                failure = Unavailable("the service is shutting down; nothing was stored")
             if not run.outcome.done():
-                run.outcome.set_exception(RunFailed("the run was cancelled"))
+                run.outcome.set_exception(failure)
+            run.queue.put_nowait(failure)  # an SSE client still there gets `error`
             raise
         except Exception as exc:
             failure = run_failure(exc)
@@ -451,24 +463,32 @@ class RunService:
                 run.outcome.exception()  # mark retrieved: JSON mode may never ask
 
     async def _remember_or_retry(
-        self, ref: ThreadRef, human: HumanMessage, body: dict[str, Any], run_id: str
+        self, ref: ThreadRef, human: HumanMessage, body: dict[str, Any], run_id: str, claim: str
     ) -> None:
-        """Write memory from a stored round. A failure does not touch the answer: it is
-        logged, counted, and retried once in the background."""
+        """Write memory from a stored round, still holding the thread (an erasure waits for
+        it, and so never races it). A failure does not touch the answer: it is logged,
+        counted, and retried once in the background — unless the thread was claimed since
+        (the user erased, or a newer run)."""
         try:
-            await self._remember(ref, human, body)
+            async with asyncio.timeout(MEMORY_WRITE_SECONDS):
+                await self._remember(ref, human, body)
         except Exception:
             log.warning("memory write after run %s failed; retrying once", run_id, exc_info=True)
-            task = asyncio.create_task(self._retry_memory(ref, human, body, run_id))
+            task = asyncio.create_task(self._retry_memory(ref, human, body, run_id, claim))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
     async def _retry_memory(
-        self, ref: ThreadRef, human: HumanMessage, body: dict[str, Any], run_id: str
+        self, ref: ThreadRef, human: HumanMessage, body: dict[str, Any], run_id: str, claim: str
     ) -> None:
         await asyncio.sleep(MEMORY_RETRY_DELAY_SECONDS)
         try:
-            await self._remember(ref, human, body)
+            if not await self.backend.fences.holds(ref.key, claim):
+                MEMORY_WRITE_FAILURES.labels(outcome="lost").inc()
+                log.warning("memory of run %s not retried: the thread was claimed since", run_id)
+                return
+            async with asyncio.timeout(MEMORY_WRITE_SECONDS):
+                await self._remember(ref, human, body)
         except Exception:
             MEMORY_WRITE_FAILURES.labels(outcome="lost").inc()
             log.error("memory write after run %s failed again; not kept", run_id, exc_info=True)
@@ -643,18 +663,26 @@ class RunService:
 
     async def drain(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> int:
         """Shutdown: let the runs in flight finish for up to ``grace`` seconds, then cancel
-        the rest (a cancelled run leaves its thread as it was); how many were cancelled."""
+        the rest — a cancelled run leaves its thread as it was, and its client is told the
+        service is shutting down (503) — except the runs already storing their round
+        (cancelling a commit would leave its outcome unknown), which are waited for. How many
+        runs were cancelled."""
+        self._draining = True
         pending = {t for t in self._tasks if not t.done()}
         if pending:
             _, pending = await asyncio.wait(pending, timeout=grace)
-        for task in pending:
+        cancelled = [t for t in pending if not (r := self._runs.get(t)) or not r.finishing]
+        for task in cancelled:
             task.cancel()
-        if pending:
+        if cancelled:
             log.warning(
-                "shutdown: %d run(s) did not finish in %g s, cancelled", len(pending), grace
+                "shutdown: %d run(s) did not finish in %g s and were cancelled; their threads "
+                "are unchanged",
+                len(cancelled),
+                grace,
             )
         await self.wait_idle()
-        return len(pending)
+        return len(cancelled)
 
     # -- reads and deletions ---------------------------------------------------------------
 

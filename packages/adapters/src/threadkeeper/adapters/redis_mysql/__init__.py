@@ -138,6 +138,8 @@ def redis_client(url: str) -> Redis:
 def _engine(url: str) -> AsyncEngine:
     engine = create_async_engine(
         mysql_url(url),
+        # no gap locks: concurrent rounds of different threads never deadlock on them
+        isolation_level="READ COMMITTED",
         pool_size=10,
         max_overflow=10,
         pool_timeout=POOL_WAIT_SECONDS,
@@ -187,6 +189,7 @@ async def _store_pool(url: str, maxsize: int = 4) -> Any:
         pool_recycle=3600,
         connect_timeout=MYSQL_CONNECT_SECONDS,
         read_timeout=MYSQL_READ_SECONDS,
+        init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
     )
 
 

@@ -38,7 +38,12 @@ PROBLEM_DESCRIPTIONS = {
     403: "The token may not act for this tenant, or the path's user is not X-User-Id.",
     404: "No such thread, message or run.",
     406: "Accept allows neither text/event-stream nor application/json.",
-    409: "A run is in flight on the thread (`running_run_id`), or the message id is taken.",
+    409: (
+        "A run is in flight on the thread (`running_run_id`; absent: it is ending, retry), the "
+        "message id is taken, the run_id completed here with another request "
+        "(`idempotency-mismatch`, `field`), or the run lost its claim on the thread "
+        "(`claim-lost`: nothing stored)."
+    ),
     413: "The message is over 32 KiB of UTF-8 or alone over the token budget.",
     422: "An invalid header, path or query parameter, or body field (`errors`).",
     429: (
@@ -46,13 +51,22 @@ PROBLEM_DESCRIPTIONS = {
         "`Retry-After` says when to try again."
     ),
     500: "The run failed (the thread is unchanged), or an unexpected error.",
-    503: "A storage backend is unavailable, or not ready (`checks`).",
+    502: "The model did not answer after its retries and fallback (the thread is unchanged).",
+    503: (
+        "A storage backend is unavailable, the replica is at capacity or shutting down, the "
+        "outcome of a commit is unknown (`commit-in-doubt`: retry with the same run_id), or "
+        "not ready (`checks`)."
+    ),
+    504: "The run passed THREADKEEPER_RUN_TIMEOUT_SECONDS (the thread is unchanged).",
 }
 
 SSE_DESCRIPTION = (
     "One Server-Sent Event, its `data` JSON text. In order: `metadata` {run_id, thread_id}; "
     "any of `messages` {id, delta} and `custom` {stage, ...}; last `end` (the JSON-mode body) "
-    "or `error` (a problem body), after which the stream closes."
+    "or `error` (a problem body), after which the stream closes. A `custom` "
+    '{"stage": "model", "status": "retry"} means the deltas so far belong to a model call '
+    "that failed and is being retried. While there is nothing to send, a comment line "
+    "(`: keep-alive`) every THREADKEEPER_SSE_HEARTBEAT_SECONDS."
 )
 
 
@@ -93,9 +107,13 @@ RUN_EVENT_DATA: dict[str, Schema | Reference] = {
     "custom": _object(
         ["stage"],
         {
-            "stage": Schema(type=OpenAPIType.STRING, description="`retrieval` or `tool`."),
-            "status": Schema(type=OpenAPIType.STRING, enum=["start", "end"]),
+            "stage": Schema(type=OpenAPIType.STRING, description="`retrieval`, `tool` or `model`."),
+            "status": Schema(type=OpenAPIType.STRING, enum=["start", "end", "retry"]),
             "name": Schema(type=OpenAPIType.STRING, description="The tool (stage `tool`)."),
+            "error": Schema(
+                type=OpenAPIType.STRING,
+                description="Stage `model`, status `retry`: the failed call's error type.",
+            ),
         },
     ),
     "end": _component("RunResultOut"),

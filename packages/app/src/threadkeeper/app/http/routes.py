@@ -207,7 +207,7 @@ def _own_user(caller: Caller, user_id: str) -> None:
         200: ResponseSpec(
             data_container=RunResultOut, description="The run.", generate_examples=False
         ),
-        **problems(400, 401, 403, 406, 409, 413, 422, 429, 500, 503),
+        **problems(400, 401, 403, 406, 409, 413, 422, 429, 500, 502, 503, 504),
     },
 )
 async def start_run(

@@ -201,9 +201,12 @@ class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
     detail: str | None = None
     instance: str | None = None
     running_run_id: str | None = None
-    """409 thread busy: the run in flight."""
+    """409 thread busy: the run in flight (absent when that run is ending: retry)."""
     message_id: str | None = None
     """409 duplicate message: the id already in the thread."""
+    field: str | None = None
+    """409 idempotency mismatch: the request field that differs (``message.content`` or
+    ``message.id``); never what the stored request said."""
     errors: list[ValidationErrorOut] | None = None
     """422: one entry per invalid header, path or query parameter or body field."""
     checks: dict[str, str] | None = None

@@ -30,7 +30,8 @@ from threadkeeper.domain.errors import DomainError
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 HEARTBEAT_SECONDS = 15.0
-KEEP_ALIVE = ServerSentEventMessage(comment="keep-alive")
+KEEP_ALIVE = ServerSentEventMessage(data=None, comment="keep-alive")
+"""A comment and nothing else: an empty `data:` line would dispatch an empty event."""
 CLOSE_TIMEOUT_SECONDS = 5.0
 """How long closing the service's iterator may take once the client is gone."""
 TERMINAL_EVENTS = frozenset({"end", "error"})
