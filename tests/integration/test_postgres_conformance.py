@@ -29,6 +29,7 @@ from threadkeeper.adapters.postgres import (
     open_postgres,
 )
 from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
+from threadkeeper.adapters.postgres.lock import HOLDER
 from threadkeeper.adapters.postgres.retention import IDLE_THREADS, TS_INDEX, iso_ts
 from threadkeeper.domain.locks import RunFences
 from threadkeeper.domain.retention import sweep
@@ -248,6 +249,30 @@ async def test_erasure_removes_rows_no_checkpoint_refers_to(
         hits = [r[0] for r in conn.execute("SELECT key FROM tk_run_rate_hits")]
     assert left == ["acme:goxne:t-1", "acme:kept:t-1"]  # "_" is not a wildcard here
     assert hits == ["acme:kept"]
+
+
+async def test_a_holder_letting_go_meanwhile_is_not_named_unknown(url: str) -> None:
+    """Issue 9: a refused run looked the holder up after it had let go and answered 409
+    naming run "unknown". Now the refused run looks once more, and takes the thread."""
+    first = AdvisoryThreadLock(url, FAIL_FAST)
+    holding = first.hold("acme:u:t", "ending")
+    await holding.__aenter__()
+
+    class Racing(AdvisoryThreadLock):
+        async def _execute(self, query: str, params: Any) -> dict[str, Any] | None:
+            row = await super()._execute(query, params)
+            if query == HOLDER and holding is not None:
+                await holding.__aexit__(None, None, None)  # the holder lets go right now
+                return {"run_id": "ending", "released": True}
+            return row
+
+    second = Racing(url, FAIL_FAST)
+    try:
+        async with second.hold("acme:u:t", "next"):
+            assert await first.holder("acme:u:t") == "next"
+    finally:
+        await first.close()
+        await second.close()
 
 
 async def test_an_unreachable_server_is_an_error_not_a_wait() -> None:

@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from tests.conformance.retention import RetentionConformance
 from tests.conformance.run_lock import LockFactory, RunLockConformance
 from tests.conformance.run_records import RunRecordsConformance
+from tests.conformance.thread_lock import ThreadLockConformance, ThreadLockFactory
 from tests.conformance.transcript_archive import (
     TranscriptArchiveConformance,
     make_round,
@@ -31,6 +32,7 @@ from threadkeeper.adapters.redis_mysql import (
     SchemaNotReady,
     open_redis_mysql,
 )
+from threadkeeper.domain.locks import ClaimedLock, RunFences
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
 from threadkeeper.domain.runs import RunRecords
 from threadkeeper.domain.threads import ThreadRef
@@ -76,6 +78,41 @@ class TestRedisRunLock(RunLockConformance):
         yield lambda: RedisRunLock(clients[next(turn) % len(clients)], ttl_seconds=3)
         for client in clients:
             await client.aclose()
+
+
+class TestRedisThreadLockClaims(ThreadLockConformance):
+    """``RedisRunLock`` with the claims in MySQL, as the profile wires it."""
+
+    @pytest.fixture
+    def thread_lock_factory(self, backend: RedisMysqlBackend) -> ThreadLockFactory:
+        return lambda: ClaimedLock(RedisRunLock(backend.redis, ttl_seconds=3), backend.fences)
+
+    @pytest.fixture
+    def fences(self, backend: RedisMysqlBackend) -> RunFences:
+        return backend.fences
+
+
+async def test_a_holder_letting_go_meanwhile_is_not_named_unknown(
+    redis_server: PrivateRedis,
+) -> None:
+    """Issue 9: a refused run looked up the holder after it had let go and answered 409 naming
+    run "unknown". It now takes the thread when it is free by then."""
+    client = Redis.from_url(redis_server.url)
+    key = f"acme:u:{uuid.uuid4()}"
+    first = RedisRunLock(client, ttl_seconds=3)
+    holding = first.hold(key, "ending")
+    await holding.__aenter__()
+
+    class Racing(RedisRunLock):
+        async def holder(self, thread_key: str) -> str | None:
+            await holding.__aexit__(None, None, None)  # the holder lets go right now
+            return await super().holder(thread_key)
+
+    try:
+        async with Racing(client, ttl_seconds=3).hold(key, "next"):
+            assert await first.holder(key) == "next"
+    finally:
+        await client.aclose()
 
 
 class TestSqlTranscriptArchive(TranscriptArchiveConformance):
@@ -233,7 +270,14 @@ def test_migrations_use_exact_comparison_and_utf8mb4(mysql: str) -> None:
         "SELECT table_name, column_name, collation_name FROM information_schema.columns "
         "WHERE table_schema = DATABASE() AND collation_name IS NOT NULL",
     )
-    ours = {"tk_run_records", "tk_feedback", "chat_messages", "chat_summaries", "tool_invocations"}
+    ours = {
+        "tk_run_records",
+        "tk_feedback",
+        "tk_run_claims",
+        "chat_messages",
+        "chat_summaries",
+        "tool_invocations",
+    }
     checked = [r for r in rows if r[0] in ours or (r[0] == "store" and r[1] in ("prefix", "key"))]
     assert {r[0] for r in checked} == ours | {"store"}
     assert all(r[2] == "utf8mb4_bin" for r in checked), [
