@@ -55,7 +55,9 @@ class CompactMiddleware(AgentMiddleware[ThreadState]):
     def name(self) -> str:
         return "compact"
 
-    def _compact(self, state: ThreadState) -> tuple[Compaction, Summary | None, list[Any]]:
+    def _compact(
+        self, state: ThreadState
+    ) -> tuple[Compaction, Summary | None, list[Any], str | None]:
         summary = Summary.from_state(state_summary(state))
         history = state["messages"]
         compaction = self.compactor.compact(
@@ -65,26 +67,28 @@ class CompactMiddleware(AgentMiddleware[ThreadState]):
             summary=summary.text if summary else None,
         )
         fold: list[Any] = []
+        through = None
         if compaction.changed and self.summarizes:
             kept = {m.id for m in compaction.kept}
             start = next((i for i, m in enumerate(history) if m.id in kept), len(history))
             fold = messages_to_fold(history, start, summary, after_turns=0)
-        return compaction, summary, fold
+            through = history[start - 1].id if fold else None  # tool results included
+        return compaction, summary, fold, through
 
     @staticmethod
     def _update(
-        compaction: Compaction, summary: Summary | None, text: str | None, fold: list[Any]
+        compaction: Compaction, summary: Summary | None, text: str | None, through: str | None
     ) -> dict[str, Any]:
         update: dict[str, Any] = {
             "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *compaction.kept]
         }
-        if text is not None and fold:
+        if text is not None and through is not None:
             version = (summary.version if summary else 0) + 1
-            update["summary"] = Summary(text, version, fold[-1].id).to_state()
+            update["summary"] = Summary(text, version, through).to_state()
         return update
 
     def before_model(self, state: ThreadState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        compaction, summary, fold = self._compact(state)
+        compaction, summary, fold, through = self._compact(state)
         if not compaction.changed:
             return None
         text = None
@@ -95,12 +99,12 @@ class CompactMiddleware(AgentMiddleware[ThreadState]):
             text = summarizer.fold(
                 summary.text if summary else None, fold, max_tokens=self.settings.summary_tokens
             )
-        return self._update(compaction, summary, text, fold)
+        return self._update(compaction, summary, text, through)
 
     async def abefore_model(
         self, state: ThreadState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        compaction, summary, fold = self._compact(state)
+        compaction, summary, fold, through = self._compact(state)
         if not compaction.changed:
             return None
         text = None
@@ -108,7 +112,7 @@ class CompactMiddleware(AgentMiddleware[ThreadState]):
             text = await self.settings.summarizer.summarize(
                 summary.text if summary else None, fold, max_tokens=self.settings.summary_tokens
             )
-        return self._update(compaction, summary, text, fold)
+        return self._update(compaction, summary, text, through)
 
     def wrap_model_call(
         self,

@@ -37,7 +37,9 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
     def name(self) -> str:
         return "summarize"
 
-    def _to_fold(self, request: ModelRequest[Any]) -> tuple[Summary | None, list[Any]]:
+    def _to_fold(self, request: ModelRequest[Any]) -> tuple[Summary | None, list[Any], str | None]:
+        """(the summary so far, the messages to fold into it, the id of the newest message
+        the new summary covers — the last one before the window it is folded for)."""
         summary = Summary.from_state(state_summary(request.state))
         reserve = self.settings.summary_tokens
         try:
@@ -47,19 +49,27 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
                 system=system_text(request.system_message),
             )
         except (MessageTooLarge, ContextOverflow):
-            return summary, []  # no room for a summary this call; trim decides the rest
+            return summary, [], None  # no room for a summary this call; trim decides the rest
         fold = messages_to_fold(
             request.messages,
             window.start,
             summary,
             after_turns=self.settings.summary_after_turns,
         )
-        return summary, fold
+        through = request.messages[window.start - 1].id if fold else None
+        return summary, fold, through
 
     def _updated(
-        self, request: ModelRequest[Any], summary: Summary | None, text: str, fold: list[Any]
+        self,
+        request: ModelRequest[Any],
+        summary: Summary | None,
+        text: str,
+        through: str | None,
     ) -> tuple[ModelRequest[Any], Summary]:
-        new = Summary(text, (summary.version if summary else 0) + 1, fold[-1].id)
+        """The request with the new summary, which covers everything before the window it
+        was folded for (tool results too, which are not folded: ``trim`` then shows what
+        follows it, and nothing falls between the two)."""
+        new = Summary(text, (summary.version if summary else 0) + 1, through)
         state = cast("AgentState[Any]", {**request.state, "summary": new.to_state()})
         return request.override(state=state), new
 
@@ -74,7 +84,7 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-        summary, fold = self._to_fold(request)
+        summary, fold, through = self._to_fold(request)
         if not fold:
             return handler(request)
         summarizer = self.settings.summarizer
@@ -83,7 +93,7 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
         text = summarizer.fold(
             summary.text if summary else None, fold, max_tokens=self.settings.summary_tokens
         )
-        request, new = self._updated(request, summary, text, fold)
+        request, new = self._updated(request, summary, text, through)
         return self._respond(handler(request), new)
 
     async def awrap_model_call(
@@ -91,12 +101,12 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-        summary, fold = self._to_fold(request)
+        summary, fold, through = self._to_fold(request)
         if not fold:
             return await handler(request)
         assert self.settings.summarizer is not None
         text = await self.settings.summarizer.summarize(
             summary.text if summary else None, fold, max_tokens=self.settings.summary_tokens
         )
-        request, new = self._updated(request, summary, text, fold)
+        request, new = self._updated(request, summary, text, through)
         return self._respond(await handler(request), new)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -18,16 +19,33 @@ from threadkeeper.hooks.settings import (
 )
 
 
+def after_summary(messages: Sequence[AnyMessage], summary: Summary | None) -> int:
+    """Where the messages the summary does not cover begin (0: it covers none of them)."""
+    if summary is None or summary.through_id is None:
+        return 0
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].id == summary.through_id:
+            return index + 1
+    return 0  # compacted away: everything left is newer than the summary
+
+
 def show_window(settings: HookSettings, request: ModelRequest[Any]) -> ModelRequest[Any]:
     """The request with the policy's window of its messages and the rolling summary; the
-    window is reported to ``settings.observer`` (the per-run record of what the model saw)."""
+    window is reported to ``settings.observer`` (the per-run record of what the model saw).
+
+    The window is chosen among the messages the summary does not cover: a short summary
+    leaves room that older turns would otherwise fill, and they would be sent twice — folded
+    into the summary and again as messages."""
     summary = Summary.from_state(state_summary(request.state))
+    begin = after_summary(request.messages, summary)
     window = settings.policy.window(
-        request.messages,
+        request.messages[begin:],
         budget=settings.budget,
         system=system_text(request.system_message),
         summary=summary.text if summary else None,
     )
+    if begin:
+        window = dataclasses.replace(window, start=window.start + begin)
     if settings.observer is not None:
         settings.observer(window)
     return request.override(
