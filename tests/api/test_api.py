@@ -48,7 +48,7 @@ async def test_a_streamed_run(client: Client) -> None:
     assert all(e.data["id"] == message["id"] for e in events if e.event == "messages")
     assert message["citations"], "an answer from the knowledge base cites it"
     assert set(message["citations"][0]) == {"chunk_id", "doc_id", "title"}
-    assert set(end["usage"]) == {"input_tokens", "output_tokens"}
+    assert set(end["usage"]) == {"input_tokens", "output_tokens", "source"}
     assert end["usage"]["output_tokens"] > 0
     stages = [e.data for e in events if e.event == "custom"]
     assert {"stage": "retrieval", "status": "start"} in stages

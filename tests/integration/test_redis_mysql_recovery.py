@@ -26,6 +26,7 @@ from tests.api.conftest import Servers, headers_for, run, settings_for
 from tests.support.mysql import fresh_database, query
 from tests.support.redis_stack import PrivateRedis, private_redis
 from threadkeeper.app.application import create_app
+from threadkeeper.app.builtin_model import HANDOFF_MESSAGES
 
 pytestmark = pytest.mark.integration
 
@@ -247,3 +248,51 @@ async def test_tool_calls_are_audited_not_archived(client_for: Any, mysql: str) 
     assert duration >= 0
     rows = archived(mysql, thread)
     assert [r[1] for r in rows] == ["human", "ai"] * 2, "no tool rows in the transcript"
+
+
+async def test_a_real_models_clarifications_still_count_after_a_cold_start(
+    redis_server: PrivateRedis, mysql: str, tmp_path: Path
+) -> None:
+    """Issue 10: the builtin model recognises its own clarifying replies by their text; any
+    other model's were forgotten when Redis was, so after a cold start the third unclear
+    message was one more clarification. The archive now keeps each answer's status."""
+    from tests.support.scripted_model import ScriptedChatModel
+    from threadkeeper.adapters.knowledge import KnowledgeBase
+    from threadkeeper.adapters.redis_mysql import open_redis_mysql
+    from threadkeeper.app.config import Settings
+    from threadkeeper.app.container import build_service
+    from threadkeeper.app.service import Caller, RunMessage, RunRequest
+    from threadkeeper.domain.estimate import EstimatingCounter
+
+    settings = Settings(
+        profile="redis-mysql",
+        redis_url=redis_server.url,
+        mysql_url=mysql,
+        service_token="t",
+        data_dir=str(tmp_path),
+    )
+    caller = Caller("acme-insurance", "cold-user")
+    model = ScriptedChatModel(default="Which of your policies do you mean, exactly?")
+    async with open_redis_mysql(redis_server.url, mysql) as backend:
+        service = build_service(
+            settings=settings,
+            backend=backend,
+            counter=EstimatingCounter(),
+            knowledge=KnowledgeBase.from_directory(),
+            model=model,
+        )
+
+        async def ask(text: str) -> dict[str, Any]:
+            handle = await service.start_run(caller, "cold", RunRequest(RunMessage(text)))
+            return await handle.result()
+
+        assert [(await ask(u))["status"] for u in UNCLEAR[:2]] == ["clarifying", "clarifying"]
+        client = redis.Redis.from_url(redis_server.url)
+        try:
+            client.flushall()
+        finally:
+            client.close()
+        body = await ask(UNCLEAR[2])
+        await service.wait_idle()
+    assert body["status"] == "escalate", body
+    assert body["message"]["content"] == HANDOFF_MESSAGES["en"]

@@ -196,6 +196,8 @@ class _Completion:
 
     body: JsonObject
     reply: str | list[ToolCall]
+    reports_usage: bool = True
+    """``False``: a provider that never reports token usage (some OpenAI-compatible servers)."""
     id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:29]}")
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -271,14 +273,16 @@ class _Completion:
                     "finish_reason": finish_reason,
                 }
             ],
-            "usage": self.usage(),
         }
+        if self.reports_usage:
+            payload["usage"] = self.usage()
         return json.dumps(payload, ensure_ascii=False).encode()
 
     def frames(self) -> list[bytes]:
         """Every SSE frame of the stream, the ``[DONE]`` sentinel last."""
         options = self.body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        include_usage = include_usage and self.reports_usage
 
         def chunk(delta: JsonObject, finish_reason: str | None = None) -> bytes:
             payload = self._head("chat.completion.chunk") | {
@@ -343,8 +347,11 @@ class FakeProvider:
         after_chunks: int = 2,
         delay: float = 0.05,
         retry_after_ms: int | None = None,
+        reports_usage: bool = True,
     ) -> None:
         self.answer: Answer = answer or default_answer
+        self.reports_usage = reports_usage
+        """``False``: never send ``usage``, even when the request asks for it."""
         self.after_chunks = after_chunks
         self.delay = delay
         self.retry_after_ms = retry_after_ms
@@ -588,7 +595,7 @@ class FakeProvider:
             message = f"The fake provider's answer() raised {exc!r}"
             await _send_json(send, 500, _error(message, "server_error"))
             return
-        completion = _Completion(body, reply)
+        completion = _Completion(body, reply, self.reports_usage)
         delay = self.delay if mode == "slow" else 0.0
         if body.get("stream") is True:
             await self._stream(completion.frames(), mode, delay, receive, send, release)

@@ -109,6 +109,7 @@ class FakeRun:
             "usage": {
                 "input_tokens": len(self._request.message.content.split()),
                 "output_tokens": 4,
+                "source": "counted",
             },
         }
 

@@ -273,6 +273,8 @@ async def test_a_real_model_escalates_after_two_clarifications(
     assert body["status"] == "escalate"
     recent = body["handoff_context"]["recent_messages"]
     assert [m["role"] for m in recent[:4]] == ["human", "ai", "human", "ai"]
+    # issue 10: not the model's third clarifying question, but the hand-off
+    assert body["message"]["content"] == HANDOFF_MESSAGES["en"]
 
 
 async def test_a_real_model_answering_a_mention_of_an_agent_does_not_escalate(

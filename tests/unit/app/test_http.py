@@ -566,7 +566,7 @@ async def test_a_run_streams_metadata_custom_messages_then_end(
                 {"chunk_id": CITATION.chunk_id, "doc_id": CITATION.doc_id, "title": CITATION.title}
             ],
         },
-        "usage": {"input_tokens": 4, "output_tokens": 4},
+        "usage": {"input_tokens": 4, "output_tokens": 4, "source": "counted"},
     }
     thread = service.thread(CALLER, "t1")
     assert thread is not None
@@ -675,7 +675,7 @@ async def test_json_mode_returns_the_final_body(
     assert body["thread_id"] == "t1"
     assert body["message"]["role"] == "ai"
     assert body["message"]["content"] == answer_to("hi")
-    assert set(body["usage"]) == {"input_tokens", "output_tokens"}
+    assert set(body["usage"]) == {"input_tokens", "output_tokens", "source"}
     thread = service.thread(CALLER, "t1")
     assert thread is not None
     assert len(thread.messages) == 2

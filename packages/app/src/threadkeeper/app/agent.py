@@ -43,7 +43,7 @@ from langgraph.types import Command
 from opentelemetry import trace as otel_trace
 
 from threadkeeper.adapters.knowledge import KnowledgeBase
-from threadkeeper.app.builtin_model import escalation_due
+from threadkeeper.app.builtin_model import HANDOFF_MESSAGES, detect_language, escalation_due
 from threadkeeper.app.telemetry import ModelCallTracing, capture_content, record_failure, tracer
 from threadkeeper.domain.history import Window
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
@@ -150,6 +150,9 @@ async def load_memory(store: BaseStore, tenant_id: str, user_id: str) -> list[di
 class Stamp:
     status: str
     citations: list[dict[str, str]]
+    text: str | None = None
+    """The answer's text when the rule replaces the model's: a clarifying question turned
+    into an escalation is answered with the hand-off message (in the user's language)."""
 
 
 def stamp_for(
@@ -179,14 +182,18 @@ def stamp_for(
         cited = list(dict.fromkeys(_CITATION.findall(text)))
         asks = text.rstrip().endswith(("?", "؟", "？"))
         status = "clarifying" if not chunks and asks else "answered"
+    replaced = None
     if escalation_due(conversation):
+        if status == "clarifying":  # the user is not asked a third time: a person takes over
+            replaced = HANDOFF_MESSAGES[detect_language(newest_human_text(conversation) or text)]
+            cited = []
         status = "escalate"
     citations = [
         {"chunk_id": c, "doc_id": by_id[c]["doc_id"], "title": by_id[c]["title"]}
         for c in cited
         if c in by_id
     ]
-    return Stamp(status, citations)
+    return Stamp(status, citations, replaced)
 
 
 class ThreadContextMiddleware(AgentMiddleware[AgentState]):
@@ -267,7 +274,10 @@ class ThreadContextMiddleware(AgentMiddleware[AgentState]):
                 "at": datetime.now(UTC).isoformat(),
             },
         }
-        return {"messages": [last.model_copy(update={"response_metadata": metadata})]}
+        update: dict[str, Any] = {"response_metadata": metadata}
+        if stamp.text is not None:
+            update["content"] = stamp.text
+        return {"messages": [last.model_copy(update=update)]}
 
     async def awrap_tool_call(
         self,

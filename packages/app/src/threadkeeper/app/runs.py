@@ -66,7 +66,7 @@ from threadkeeper.domain.runs import (
 )
 from threadkeeper.domain.summary import Summary
 from threadkeeper.domain.threads import ThreadRef, ThreadScope
-from threadkeeper.domain.tokens import REPLY_PRIMING, TokenCounter, message_text
+from threadkeeper.domain.tokens import MESSAGE_FRAMING, REPLY_PRIMING, TokenCounter, message_text
 from threadkeeper.domain.transcript import (
     Citation,
     Round,
@@ -138,7 +138,12 @@ def to_transcript(messages: Sequence[BaseMessage]) -> list[TranscriptMessage]:
             citations = tuple(
                 Citation(c["chunk_id"], c["doc_id"], c["title"]) for c in meta.get("citations", [])
             )
-            out.append(TranscriptMessage(str(message.id), "ai", text, at, citations))
+            status = meta.get("status")
+            out.append(
+                TranscriptMessage(
+                    str(message.id), "ai", text, at, citations, str(status) if status else None
+                )
+            )
     return out
 
 
@@ -150,6 +155,8 @@ def from_transcript(message: TranscriptMessage) -> BaseMessage:
             message.content, id=message.id, response_metadata={"threadkeeper": meta}
         )
     meta["citations"] = [msgspec.structs.asdict(c) for c in message.citations]
+    if message.status:
+        meta["status"] = message.status  # the escalation rule counts clarifications by it
     return AIMessage(message.content, id=message.id, response_metadata={"threadkeeper": meta})
 
 
@@ -462,6 +469,28 @@ class RunService:
             if run.outcome.done() and not run.outcome.cancelled():
                 run.outcome.exception()  # mark retrieved: JSON mode may never ask
 
+    def _usage(
+        self, human: HumanMessage, produced: Sequence[BaseMessage], trace: RunTrace
+    ) -> dict[str, Any]:
+        """Token usage of the run's model calls: the provider's figures when it reported them
+        for every call (``source: "provider"``), otherwise threadkeeper's count with the
+        configured tokenizer — input as each call's window was counted, output as the
+        replies' text and tool calls count (``source: "counted"``)."""
+        replies = [m for m in produced if isinstance(m, AIMessage)]
+        if replies and all(m.usage_metadata for m in replies):
+            return {
+                "input_tokens": sum(
+                    m.usage_metadata["input_tokens"] for m in replies if m.usage_metadata
+                ),
+                "output_tokens": sum(
+                    m.usage_metadata["output_tokens"] for m in replies if m.usage_metadata
+                ),
+                "source": "provider",
+            }
+        inputs = sum(w.tokens for w in trace.windows) or self.counter.count(human)
+        outputs = sum(max(0, self.counter.count(m) - MESSAGE_FRAMING) for m in replies)
+        return {"input_tokens": inputs, "output_tokens": outputs, "source": "counted"}
+
     async def _remember_or_retry(
         self, ref: ThreadRef, human: HumanMessage, body: dict[str, Any], run_id: str, claim: str
     ) -> None:
@@ -555,11 +584,7 @@ class RunService:
             raise RuntimeError("the agent ended without an answer")
         meta = _meta(answer)
         status = meta.get("status", "answered")
-        usage = {"input_tokens": 0, "output_tokens": 0}
-        for message in produced:
-            if isinstance(message, AIMessage) and message.usage_metadata:
-                usage["input_tokens"] += message.usage_metadata.get("input_tokens", 0)
-                usage["output_tokens"] += message.usage_metadata.get("output_tokens", 0)
+        usage = self._usage(human, produced, trace)
         body: dict[str, Any] = {
             "run_id": run_id,
             "thread_id": ref.thread_id,

@@ -35,6 +35,10 @@ class TranscriptMessage(msgspec.Struct, frozen=True):
     content: str
     created_at: datetime
     citations: tuple[Citation, ...] = ()
+    status: str | None = None
+    """An answer's run status (``answered``, ``clarifying``, ``escalate``): kept with an
+    archived answer so that the escalation rule still counts clarifications after a cold
+    start, whatever the model. Not part of the API's transcript."""
 
 
 class Round(msgspec.Struct, frozen=True):

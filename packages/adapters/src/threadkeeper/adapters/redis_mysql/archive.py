@@ -70,6 +70,7 @@ chat_messages = Table(
     Column("content", LongText, nullable=False),
     Column("citations", LongText, nullable=False),
     Column("created_at", UtcDateTime(), nullable=False),
+    Column("status", String(16), nullable=True),
     UniqueConstraint("thread_key", "run_id", "role", name="uq_chat_messages_thread_run_role"),
     Index("ix_chat_messages_thread", "thread_key", "seq"),
     Index("ix_chat_messages_message", "thread_key", "message_id"),
@@ -117,6 +118,7 @@ def _message(row: Any) -> TranscriptMessage:
         content=row.content,
         created_at=row.created_at,
         citations=_citations(row.citations),
+        status=row.status,
     )
 
 
@@ -134,6 +136,7 @@ def _row(round_: Round, message: TranscriptMessage) -> dict[str, Any]:
             [msgspec.structs.asdict(c) for c in message.citations], ensure_ascii=False
         ),
         "created_at": message.created_at,
+        "status": message.status,
     }
 
 
@@ -144,6 +147,7 @@ _COLUMNS = (
     chat_messages.c.content,
     chat_messages.c.citations,
     chat_messages.c.created_at,
+    chat_messages.c.status,
 )
 
 

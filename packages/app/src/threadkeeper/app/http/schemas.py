@@ -112,6 +112,10 @@ class AnswerOut(msgspec.Struct, frozen=True):
 class UsageOut(msgspec.Struct, frozen=True):
     input_tokens: int
     output_tokens: int
+    source: Literal["provider", "counted"]
+    """``provider``: the model's own figures (every call reported them); ``counted``:
+    threadkeeper's count with ``THREADKEEPER_TOKENIZER`` (input as each call's window was
+    counted, output as the replies count)."""
 
 
 class RunResultOut(msgspec.Struct, frozen=True, omit_defaults=True):

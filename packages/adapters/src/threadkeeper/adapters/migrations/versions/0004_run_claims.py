@@ -8,6 +8,8 @@
   ``run_id`` is an idempotency key scoped to the thread: the same id in another thread,
   user or tenant is another run, and must be archived like any other.
 - ``tool_invocations`` are found by thread and run.
+- ``chat_messages.status``: an archived answer's run status, so that the escalation rule
+  (two clarifications in a row) still holds after a cold start, for every model.
 
 Revision ID: 0004
 Revises: 0003
@@ -45,9 +47,11 @@ def upgrade() -> None:
     op.drop_constraint("uq_chat_messages_run_role", "chat_messages", type_="unique")
     op.create_index("ix_tool_invocations_thread_run", "tool_invocations", ["thread_key", "run_id"])
     op.drop_index("ix_tool_invocations_run", "tool_invocations")
+    op.add_column("chat_messages", sa.Column("status", sa.String(16), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("chat_messages", "status")
     op.create_index("ix_tool_invocations_run", "tool_invocations", ["run_id"])
     op.drop_index("ix_tool_invocations_thread_run", "tool_invocations")
     op.create_unique_constraint("uq_chat_messages_run_role", "chat_messages", ["run_id", "role"])
