@@ -70,7 +70,8 @@ class RoundStore(ABC):
     @abstractmethod
     async def commit(self, write: RoundWrite) -> str | None:
         """Store the round whole; the thread's new head checkpoint id (``None`` where the
-        checkpoints could not be written after the record was: the next run cold-starts).
+        checkpoints could not be written after the record was — the next run cold-starts —
+        and the caller skips storage upkeep, which would fail the same way).
 
         Raises:
             ClaimLost: the run's claim on the thread was replaced or revoked; nothing stored.

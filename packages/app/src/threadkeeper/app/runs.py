@@ -432,10 +432,11 @@ class RunService:
                     tools=tuple(trace.tools),
                 )
                 with tracer().start_as_current_span("threadkeeper.commit", record_exception=False):
-                    await self.backend.rounds.commit(write)
+                    head = await self.backend.rounds.commit(write)
             # The round is stored: nothing from here on may turn it into an error answer.
             try:
-                await self.backend.after_commit(ref.key)
+                if head is not None:  # None: the checkpoints were not written (upkeep neither)
+                    await self.backend.after_commit(ref.key)
             except Exception:  # the next run's upkeep catches up
                 log.warning("storage upkeep after run %s failed", run.run_id, exc_info=True)
             if body["status"] == "answered":
@@ -528,9 +529,18 @@ class RunService:
         self, archive: TranscriptArchive, config: dict[str, Any], ref: ThreadRef
     ) -> None:
         """A thread with no checkpoint (TTL expired, Redis flushed or restarted) but an archive
-        is seeded, before the run, with its newest archived messages and latest summary."""
-        if await self.saver.aget_tuple(cast("Any", config)) is not None:
-            return
+        is seeded, before the run, with its newest archived messages and latest summary. So is
+        a thread whose checkpoint is behind the archive (a round stored while Redis did not
+        answer, or whose commit's outcome was learnt late): its checkpoint lacks the newest
+        archived answer, and the model would never see that round again."""
+        current = await self.saver.aget_tuple(cast("Any", config))
+        if current is not None:
+            newest = await archive.recent(ref.key, 1)
+            held = {m.id for m in current.checkpoint["channel_values"].get("messages", [])}
+            if not newest or newest[-1].id in held:
+                return
+            log.warning("the checkpoint of %s is behind its archive: starting cold", ref.key)
+            await self.saver.adelete_thread(ref.key)
         seed = await archive.recent(ref.key, COLD_START_MESSAGES)
         if not seed:
             return

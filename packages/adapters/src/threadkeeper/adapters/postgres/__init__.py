@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,16 +25,18 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
 from threadkeeper.adapters.postgres.ledger import MessageLedger
-from threadkeeper.adapters.postgres.lock import AdvisoryThreadLock, advisory_key
+from threadkeeper.adapters.postgres.lock import SERVER_KEEPALIVES, AdvisoryThreadLock, advisory_key
 from threadkeeper.adapters.postgres.ratelimit import PostgresRateWindows
 from threadkeeper.adapters.postgres.retention import PostgresRetention
 from threadkeeper.adapters.postgres.rounds import PostgresRoundStore
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
+from threadkeeper.adapters.timeouts import answer_within
 from threadkeeper.domain.errors import AtCapacity
 
 __all__ = [
@@ -74,6 +75,13 @@ FAIL_FAST: dict[str, Any] = {
 (or two, for a query sent just before the partition), never a hang."""
 
 
+async def server_keepalives(conn: Any) -> None:
+    """The server's side of every connection (``SERVER_KEEPALIVES``): a client gone in a
+    partition is noticed within seconds, and its session — its open transaction, the rows it
+    locked, its advisory locks — ended, instead of after the server's default two hours."""
+    await conn.execute(SERVER_KEEPALIVES)
+
+
 class SchemaNotReady(RuntimeError):
     """The database lacks threadkeeper's schema, or has an older one."""
 
@@ -109,6 +117,7 @@ def _pool(url: str, *, min_size: int = 2, max_size: int = POOL_SIZE) -> AsyncCon
         max_size=max_size,
         open=False,
         timeout=POOL_WAIT_SECONDS,
+        configure=server_keepalives,
         kwargs={
             "autocommit": True,
             "row_factory": dict_row,
@@ -119,14 +128,25 @@ def _pool(url: str, *, min_size: int = 2, max_size: int = POOL_SIZE) -> AsyncCon
 
 
 def _engine(url: str) -> AsyncEngine:
-    return create_async_engine(
+    engine = create_async_engine(
         sqlalchemy_url(url),
         pool_size=ENGINE_POOL_SIZE,
         max_overflow=ENGINE_MAX_OVERFLOW,
         pool_timeout=POOL_WAIT_SECONDS,
-        pool_pre_ping=True,
+        # no ping per checkout (a round trip on every round): a connection the server dropped
+        # fails its statement, is discarded, and the next checkout gets a new one
+        pool_pre_ping=False,
         connect_args=FAIL_FAST,
     )
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _connect(dbapi_connection: Any, _: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(SERVER_KEEPALIVES)
+        cursor.close()
+        dbapi_connection.commit()  # out of the transaction psycopg began for it
+
+    return engine
 
 
 async def schema_problems(pool: AsyncConnectionPool[Any], engine: AsyncEngine) -> list[str]:
@@ -217,9 +237,12 @@ class PostgresBackend:
         await self.saver.aprune([thread_key], strategy="keep_latest")
 
     async def health(self) -> dict[str, str]:
-        try:
-            async with asyncio.timeout(HEALTH_SECONDS), self.pool.connection() as conn:
+        async def probe() -> None:
+            async with self.pool.connection() as conn:
                 await conn.execute("SELECT 1")
+
+        try:
+            await answer_within(HEALTH_SECONDS, probe())
         except Exception as exc:
             return {"postgres": f"error: {type(exc).__name__}"}
         return {"postgres": "ok"}

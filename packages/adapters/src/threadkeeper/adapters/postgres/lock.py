@@ -66,6 +66,21 @@ WHERE c.thread_key = %(key)s AND NOT c.released AND EXISTS (
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
 """
 RETRY_PAUSE_SECONDS = 0.02
+CONNECT_SECONDS = 1.0
+SERVER_KEEPALIVES = (
+    "SELECT set_config('tcp_keepalives_idle', '1', false), "
+    "set_config('tcp_keepalives_interval', '1', false), "
+    "set_config('tcp_keepalives_count', '2', false), "
+    "set_config('tcp_user_timeout', '2000', false)"
+)
+"""The server's side of a session: a client that vanished (a partition, a killed replica whose
+FIN never arrived) is noticed within seconds and its session ended — which releases the
+advisory locks it held. Without it the server's default keepalive takes two hours."""
+IDENTITY = "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+END_SESSION = (
+    "SELECT pg_terminate_backend(pid, 2000) FROM pg_stat_activity "
+    "WHERE pid = %s AND backend_start = %s"
+)
 
 
 def advisory_key(thread_key: str) -> int:
@@ -87,6 +102,11 @@ class AdvisoryThreadLock(ThreadLock):
         self.url = url
         self.connect_kwargs = dict(connect_kwargs or {})
         self._session: psycopg.AsyncConnection[Any] | None = None
+        self._identity: tuple[int, Any] | None = None
+        """(pid, backend_start) of the lock session on the server."""
+        self._lost: tuple[int, Any] | None = None
+        """A lock session that broke: ended on the server as soon as a new one connects (its
+        backend may outlive the connection — a partition — and keep its locks)."""
         self._generation = 0
         self._mutex = asyncio.Lock()
         self._local: dict[str, str] = {}
@@ -95,13 +115,33 @@ class AdvisoryThreadLock(ThreadLock):
         """Per thread, while one of this replica's runs is asking the server for it: a second
         local run waits for that answer (one statement) rather than guess the holder."""
 
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            async with asyncio.timeout(CONNECT_SECONDS):
+                session = await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, row_factory=dict_row, **self.connect_kwargs
+                )
+        except TimeoutError as exc:  # libpq's connect_timeout is at least 2 s
+            raise ConnectionError("the lock session could not connect to PostgreSQL") from exc
+        try:
+            await session.execute(SERVER_KEEPALIVES)
+            row: Any = await (await session.execute(IDENTITY)).fetchone()
+            if self._lost is not None:
+                # its locks must go with it, or the threads it held stay busy for hours
+                await session.execute(END_SESSION, self._lost)
+                log.warning("ended the lock session that broke (pid %s)", self._lost[0])
+                self._lost = None
+        except BaseException:
+            await session.close()
+            raise
+        self._identity = (int(row["pid"]), row["backend_start"])
+        return session
+
     async def _execute(self, query: str, params: Any) -> dict[str, Any] | None:
         """One statement on the lock session (reconnected if it broke); its first row."""
         async with self._mutex:
             if self._session is None or self._session.closed or self._session.broken:
-                self._session = await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, row_factory=dict_row, **self.connect_kwargs
-                )
+                self._session = await self._connect()
                 self._generation += 1
             session = self._session
             try:
@@ -111,6 +151,7 @@ class AdvisoryThreadLock(ThreadLock):
                 with contextlib.suppress(Exception):
                     await session.close()
                 self._session = None
+                self._lost = self._identity
                 raise
             return row
 

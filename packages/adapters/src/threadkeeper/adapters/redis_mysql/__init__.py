@@ -43,6 +43,7 @@ from threadkeeper.adapters.redis_mysql.lock import RedisRunLock
 from threadkeeper.adapters.redis_mysql.rounds import ArchiveRoundStore
 from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
+from threadkeeper.adapters.timeouts import answer_within
 from threadkeeper.domain.locks import ClaimedLock, RunLock, ThreadLock
 from threadkeeper.domain.memory import user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
@@ -90,7 +91,13 @@ def mysql_url(url: str) -> URL:
 
 
 REDIS_TIMEOUT_SECONDS = 1.0
-"""Connect and per-command timeout: a Redis that does not answer is an error within it."""
+"""Per-command timeout: a Redis that does not answer is an error within it."""
+REDIS_CONNECT_SECONDS = 0.5
+"""A new connection (the one retry after a dropped one, e.g. a restarted Redis): a refused
+connection fails at once; an unreachable server within this."""
+POST_COMMIT_REDIS_SECONDS = 1.5
+"""The round is in the archive: writing its checkpoints to Redis (the cache) may hold the
+answer this long at most; then the next run rebuilds the cache from the archive."""
 MYSQL_CONNECT_SECONDS = 1
 MYSQL_READ_SECONDS = 10
 """A backstop for a server that accepts but never answers; a partition is caught sooner by
@@ -125,10 +132,10 @@ def redis_client(url: str) -> Redis:
     Redis does not answer: a timeout is not retried."""
     return Redis.from_url(
         url,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2),
+        retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), retries=1),
         retry_on_error=[RedisConnectionError],
         socket_timeout=REDIS_TIMEOUT_SECONDS,
-        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+        socket_connect_timeout=REDIS_CONNECT_SECONDS,
         socket_keepalive=True,
         socket_keepalive_options=FAIL_FAST_TCP,
         health_check_interval=30,
@@ -321,24 +328,30 @@ class RedisMysqlBackend:
 
     async def after_commit(self, thread_key: str) -> None:
         """Keep only the thread's newest checkpoint: with compaction bounding the state, the
-        thread's Redis bytes stay bounded however long the conversation."""
-        await self.saver.aprune([thread_key], strategy="keep_latest")
+        thread's Redis bytes stay bounded however long the conversation. Bounded: a Redis
+        that does not answer must not hold the answer (the next run's upkeep catches up)."""
+        await answer_within(
+            POST_COMMIT_REDIS_SECONDS, self.saver.aprune([thread_key], strategy="keep_latest")
+        )
 
     async def health(self) -> dict[str, str]:
         """Both servers, probed at once, each within ``HEALTH_SECONDS``."""
 
         async def redis() -> str:
-            async with asyncio.timeout(HEALTH_SECONDS):
-                await self.redis.ping()
-                await self.saver.ensure_indexes()
+            await self.redis.ping()
+            await self.saver.ensure_indexes()
             return "ok"
 
         async def mysql() -> str:
-            async with asyncio.timeout(HEALTH_SECONDS), self.engine.connect() as conn:
+            async with self.engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
             return "ok"
 
-        results = await asyncio.gather(redis(), mysql(), return_exceptions=True)
+        results = await asyncio.gather(
+            answer_within(HEALTH_SECONDS, redis()),
+            answer_within(HEALTH_SECONDS, mysql()),
+            return_exceptions=True,
+        )
         return {
             name: result if isinstance(result, str) else f"error: {type(result).__name__}"
             for name, result in zip(("redis", "mysql"), results, strict=True)
@@ -383,7 +396,7 @@ async def open_redis_mysql(
             archive=archive,
             runs=runs,
             fences=fences,
-            rounds=ArchiveRoundStore(engine, archive, saver),
+            rounds=ArchiveRoundStore(engine, archive, saver, POST_COMMIT_REDIS_SECONDS),
             lock=lock,
             retention=ArchiveRetention(archive, saver, store, runs, lock, fences),
         )

@@ -3,9 +3,9 @@
 The archive is the record, so the round is stored when one MySQL transaction has committed:
 the run's claim checked (its row locked ``FOR UPDATE``), the round's two messages, its
 summary and tool-call audit rows, and the run record. Only then are the staged checkpoints
-written to Redis, which is a cache of the recent context: if that fails, the thread's
-checkpoints are dropped, so that the next run starts cold from the archive (which holds the
-whole round), and the round stays acknowledged.
+written to Redis, which is a cache of the recent context: if that fails (or takes over
+``redis_seconds``), the round stays acknowledged, and the thread's next run finds its
+checkpoint behind the archive and starts cold from the archive, which holds the whole round.
 """
 
 from __future__ import annotations
@@ -23,17 +23,24 @@ from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
 from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
 from threadkeeper.adapters.rounds import RoundStore, RoundWrite, resolve_in_doubt
 from threadkeeper.adapters.sql import check_claim, insert_record, run_records
+from threadkeeper.adapters.timeouts import answer_within
 
 log = logging.getLogger(__name__)
 
 
 class ArchiveRoundStore(RoundStore):
     def __init__(
-        self, engine: AsyncEngine, archive: SqlTranscriptArchive, saver: HealingRedisSaver
+        self,
+        engine: AsyncEngine,
+        archive: SqlTranscriptArchive,
+        saver: HealingRedisSaver,
+        redis_seconds: float = 1.5,
     ) -> None:
         self.engine = engine
         self.archive = archive
         self.saver = saver
+        self.redis_seconds = redis_seconds
+        """How long the checkpoints' write (and, failing it, their drop) may take."""
 
     async def commit(self, write: RoundWrite) -> str | None:
         if not write.round.ai.content.strip():
@@ -51,18 +58,25 @@ class ArchiveRoundStore(RoundStore):
             try:
                 await conn.commit()
             except Exception as failure:
+                # stored or not, Redis is not written: if it was stored, the thread's next run
+                # finds its checkpoint behind the archive and starts cold from it
                 await resolve_in_doubt(
                     failure,
                     end_session=lambda: self._end_session(int(session)),
                     stored=lambda: self._stored(write),
                     what=f"run {write.record.run_id}",
                 )
+                return None
         return await self._write_checkpoints(write)
 
     async def _write_checkpoints(self, write: RoundWrite) -> str | None:
-        """The staged checkpoints into Redis; on failure drop the thread's checkpoints."""
-        last: Any = None
-        try:
+        """The staged checkpoints into Redis, within ``redis_seconds``. If that fails, the
+        thread's checkpoint is behind the archive, and its next run notices and starts cold
+        from the archive (``RunService._cold_start``): no second Redis call that would fail
+        the same way holds the answer."""
+
+        async def put_all() -> Any:
+            last: Any = None
             for op in write.staging.log:
                 if isinstance(op, StagedPut):
                     last = await self.saver.aput(
@@ -70,6 +84,10 @@ class ArchiveRoundStore(RoundStore):
                     )
                 else:
                     await self.saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
+            return last
+
+        try:
+            last = await answer_within(self.redis_seconds, put_all())
         except Exception:
             log.warning(
                 "run %s is archived but its checkpoints did not reach Redis; the thread's "
@@ -77,10 +95,6 @@ class ArchiveRoundStore(RoundStore):
                 write.record.run_id,
                 exc_info=True,
             )
-            try:
-                await self.saver.adelete_thread(write.thread_key)
-            except Exception:
-                log.warning("could not drop the thread's checkpoints either", exc_info=True)
             return None
         return None if last is None else str(last["configurable"]["checkpoint_id"])
 
