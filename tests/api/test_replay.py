@@ -50,7 +50,11 @@ def test_replay_prints_every_model_call_of_a_run(
         point_cli_at(monkeypatch, profile, tmp_path, database)
         args = ["replay", "--thread", "replayed", "--tenant", TENANT, "--user", USER]
         assert cli.main([*args, "--run", first["run_id"]]) == 0  # an earlier run too
-        earlier = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        as_given = capsys.readouterr().out
+        earlier = [json.loads(line) for line in as_given.splitlines()]
+        # a run id in any letter case, as the API takes it
+        assert cli.main([*args, "--run", first["run_id"].upper()]) == 0
+        assert capsys.readouterr().out == as_given
         assert cli.main([*args, "--run", second["run_id"]]) == 0
     assert earlier[0]["run_id"] == first["run_id"]
     assert earlier[1]["messages"][1]["content"] == "Is dental treatment covered?"
@@ -89,11 +93,32 @@ def test_replay_of_an_unknown_run_fails_clearly(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    unknown = "0b0e4b7c-8f0a-4a53-9d55-1f3a5b0c2e11"
     with TestClient(make_app(), timeout=30):
         point_cli_at(monkeypatch, profile, tmp_path, database)
-        code = cli.main(["replay", "--thread", "nothing", "--run", "nope"])
+        code = cli.main(["replay", "--thread", "nothing", "--run", unknown.upper()])
     assert code == 1
-    assert "no run nope" in capsys.readouterr().err
+    assert f"no run {unknown} in thread nothing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--run", "nope", "'nope' is not a run id (a UUID)"),
+        ("--thread", "not a thread", "'not a thread' is not a thread id"),
+        ("--tenant", "a:b", "'a:b' is not a tenant or user id"),
+    ],
+)
+def test_replay_of_an_invalid_id_is_one_line(
+    option: str, value: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = {"--thread": "t-1", "--run": "0b0e4b7c-8f0a-4a53-9d55-1f3a5b0c2e11", option: value}
+    code = cli.main(["replay", *(item for pair in args.items() for item in pair)])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1, err  # one line, no usage text, no traceback
+    assert f"argument {option}: {says}" in err
 
 
 def test_an_early_run_replays_after_a_long_conversation(

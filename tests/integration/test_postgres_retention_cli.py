@@ -61,7 +61,7 @@ def age(url: str, thread: str, days: int) -> None:
         )
 
 
-async def test_retention_deletes_idle_threads_in_batches_and_dry_run_only_counts(
+async def test_retention_deletes_idle_threads_in_batches_and_dry_run_counts_the_same(
     url: str, tmp_path: Path
 ) -> None:
     app = create_app(settings_for("postgres", tmp_path, Servers(postgres_url=url)))
@@ -73,9 +73,11 @@ async def test_retention_deletes_idle_threads_in_batches_and_dry_run_only_counts
         age(url, thread, 120)
     age(url, "active", 10)
 
-    dry = retention(url, tmp_path, "--older-than", "90d", "--dry-run")
+    dry = retention(url, tmp_path, "--older-than", "90d", "--batch", "2", "--dry-run")
     assert dry["dry_run"] is True
-    assert dry["deleted"]["threads"] == 3
+    assert "deleted" not in dry
+    assert dry["would_delete"] == {"threads": 3, "messages": 6, "memory_items": 0, "feedback": 0}
+    assert dry["batches"] == 2
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT count(*) FROM checkpoints").fetchone() == (4,)
 
@@ -83,6 +85,7 @@ async def test_retention_deletes_idle_threads_in_batches_and_dry_run_only_counts
     assert done["batches"] == 2
     assert done["deleted"]["threads"] == 3
     assert done["deleted"]["messages"] == 6
+    assert done["deleted"] == dry["would_delete"]
     with psycopg.connect(url) as conn:
         left = conn.execute("SELECT DISTINCT thread_id FROM checkpoints").fetchall()
         ledger = conn.execute(f"SELECT DISTINCT thread_id FROM {LEDGER}").fetchall()

@@ -17,8 +17,9 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from threadkeeper.adapters.knowledge import KnowledgeBase
-from threadkeeper.app.agent import RETRIEVE_K, SYSTEM_PROMPT, render_system
+from threadkeeper.app.agent import RETRIEVE_K, SYSTEM_PROMPT
 from threadkeeper.app.builtin_model import METADATA_KEY, BuiltinChatModel, DocumentChunk
+from threadkeeper.domain.prompt import render_system
 
 KNOWLEDGE = KnowledgeBase.from_directory()
 TENANT = "acme-insurance"  # no folder of its own: the shipped default FAQ

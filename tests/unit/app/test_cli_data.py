@@ -126,7 +126,9 @@ def test_export_refuses_an_invalid_user_id(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main(["export", "--tenant", TENANT, "--user", "a:b"]) == 2
-    assert "--user must match" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "argument --user: 'a:b' is not a tenant or user id" in err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_retention_beside_a_running_server(
@@ -140,7 +142,8 @@ def test_retention_beside_a_running_server(
     assert cli.main(["retention", "--older-than", "1s", "--dry-run"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["dry_run"] is True
-    assert report["deleted"]["threads"] == 1
+    assert "deleted" not in report, "a dry run deletes nothing"
+    assert report["would_delete"] == {"threads": 1, "messages": 2, "memory_items": 0, "feedback": 0}
 
     # deleting does not (a run in flight there could commit into a deleted thread): one
     # clear line saying what to do, no traceback
@@ -163,6 +166,45 @@ def test_retention_deletes_when_no_server_runs(
     time.sleep(1.2)
     assert cli.main(["retention", "--older-than", "1s"]) == 0
     assert json.loads(capsys.readouterr().out)["deleted"]["threads"] == 1
+
+
+def test_a_dry_run_counts_what_the_sweep_then_deletes(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Threads, messages and feedback alike (a dry run used to count threads only: 0
+    messages, then the sweep deleted 16)."""
+    app = create_app(Settings(data_dir=str(data_dir), tokenizer="estimate"))
+    with TestClient(app, timeout=60) as client:
+        for thread in ("old-1", "old-2", "old-3"):
+            answer = run(client, thread, "Is dental treatment covered by my health insurance?")
+            run(client, thread, "And how do I file a claim?")
+            scored = client.post(
+                f"/v1/threads/{thread}/runs/{answer['run_id']}/feedback",
+                json={"score": 1},
+                headers=HEADERS,
+            )
+            assert scored.status_code == 204
+    time.sleep(1.2)
+    # batches of 2: the sweep pages, the count must not
+    assert cli.main(["retention", "--older-than", "1s", "--batch", "2", "--dry-run"]) == 0
+    preview = json.loads(capsys.readouterr().out)
+    assert cli.main(["retention", "--older-than", "1s", "--batch", "2"]) == 0
+    swept = json.loads(capsys.readouterr().out)
+    assert preview["would_delete"] == swept["deleted"]
+    assert swept["deleted"] == {"threads": 3, "messages": 12, "memory_items": 0, "feedback": 3}
+    assert preview["batches"] == swept["batches"] == 2
+    assert cli.main(["retention", "--older-than", "1s", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["would_delete"]["threads"] == 0
+
+
+def test_retention_refuses_a_batch_below_one(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["retention", "--older-than", "1d", "--batch", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert "argument --batch: must be at least 1, not 0" in err
     app = create_app(Settings(data_dir=str(data_dir), tokenizer="estimate"))
     with TestClient(app, timeout=60) as client:
         assert client.get("/v1/threads/old/messages", headers=HEADERS).status_code == 404

@@ -34,7 +34,8 @@ from tests.support.fake_openai import (
     fake_provider,
     split_tokens,
 )
-from threadkeeper.app.agent import render_documents, stamp_for
+from threadkeeper.app.agent import stamp_for
+from threadkeeper.domain.prompt import render_documents
 
 DEADLINE = 10.0
 """Seconds a faulty request may take to fail: generous, only there to catch a real hang."""

@@ -13,7 +13,6 @@ Retrieved chunk text and the loaded memory are per-run state that is never check
 
 from __future__ import annotations
 
-import html
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -44,9 +43,10 @@ from opentelemetry import trace as otel_trace
 
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.app.builtin_model import HANDOFF_MESSAGES, detect_language, escalation_due
+from threadkeeper.app.stored import load_memory
 from threadkeeper.app.telemetry import ModelCallTracing, capture_content, record_failure, tracer
 from threadkeeper.domain.history import Window
-from threadkeeper.domain.memory import MemoryKind, memory_namespace
+from threadkeeper.domain.prompt import render_system
 from threadkeeper.domain.tokens import message_text
 from threadkeeper.domain.transcript import ToolInvocation, arguments_digest
 from threadkeeper.hooks.settings import ThreadState
@@ -100,50 +100,11 @@ def caller_of(config: dict[str, Any]) -> tuple[str, str]:
     return str(configurable["tenant_id"]), str(configurable["user_id"])
 
 
-def render_system(
-    prompt: str, memory: Sequence[dict[str, Any]], chunks: Sequence[dict[str, Any]]
-) -> str:
-    """The system message: prompt, then what is remembered, then the retrieved documents."""
-    parts = [prompt]
-    if memory:
-        lines = "\n".join(f"{m['kind']}.{m['key']}: {m['value']}" for m in memory)
-        parts.append(f"<memory>\n{lines}\n</memory>")
-    if chunks:
-        parts.append(render_documents(chunks))
-    return "\n\n".join(parts)
-
-
-def render_documents(chunks: Sequence[dict[str, Any]]) -> str:
-    """The ``<documents>`` block of the system message (also rebuilt by replay)."""
-    docs = "\n".join(
-        f'<doc chunk_id="{html.escape(c["chunk_id"])}" doc_id="{html.escape(c["doc_id"])}" '
-        f'title="{html.escape(c["title"])}">{html.escape(c["text"])}</doc>'
-        for c in chunks
-    )
-    return f"<documents>\n{docs}\n</documents>"
-
-
 def newest_human_text(messages: Sequence[Any]) -> str:
     for message in reversed(messages):
         if isinstance(message, HumanMessage):
             return message_text(message)
     return ""
-
-
-async def load_memory(store: BaseStore, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    for kind in (MemoryKind.PROFILE, MemoryKind.FACTS):
-        for item in await store.asearch(memory_namespace(tenant_id, user_id, kind), limit=500):
-            items.append(
-                {
-                    "kind": kind.value,
-                    "key": item.key,
-                    "value": str(item.value.get("value", "")),
-                    "source": item.value.get("source", {}),
-                    "updated_at": item.updated_at.isoformat(),
-                }
-            )
-    return items
 
 
 @dataclass(frozen=True, slots=True)

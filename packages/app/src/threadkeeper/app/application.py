@@ -10,7 +10,7 @@ from typing import Any
 
 from litestar import Litestar
 
-from threadkeeper.app.config import ConfigError, Settings, load_settings
+from threadkeeper.app.config import ConfigError, Settings, load_settings, redact, secrets_of
 from threadkeeper.app.container import Container, make_container
 from threadkeeper.app.http import HttpSettings, create_http_app
 from threadkeeper.app.http.ratelimit import RunRateLimit, shared_windows
@@ -42,11 +42,12 @@ class ServiceProxy:
 
 
 def startup_problem(exc: BaseException, settings: Settings) -> str:
-    """One line saying what keeps the service from starting, and what to do about it."""
+    """One line saying what keeps the service from starting, and what to do about it
+    (credentials of the settings masked: a driver's error may quote its URL)."""
     from threadkeeper.adapters.embedded import DataDirBusy
     from threadkeeper.hooks.pipeline import HookConfigError
 
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = redact(" ".join(str(exc).split()) or type(exc).__name__, secrets_of(settings))
     if isinstance(exc, ConfigError):
         return f"configuration error: {text}"
     if isinstance(exc, HookConfigError):
@@ -107,7 +108,12 @@ def create_app(settings: Settings | None = None, *, container: Container | None 
             if sweeper is not None:
                 sweeper.start()
                 app.state.sweeper = sweeper
-            log.info("threadkeeper ready: profile %s", settings.profile)
+            log.info(
+                "threadkeeper ready: profile %s, model %s%s",
+                settings.profile,
+                settings.model,
+                f" (fallback {settings.model_fallback})" if settings.model_fallback else "",
+            )
             yield
             proxy.target = None
             if sweeper is not None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import html
 import json
 import math
 import re
@@ -58,6 +57,8 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
+
+from threadkeeper.domain.prompt import DocumentChunk, parse_documents
 
 __all__ = [
     "ANSWER_MAX_CHARS",
@@ -444,45 +445,6 @@ def _asks_for_details(text: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 # Reading the input
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentChunk:
-    """One ``<doc>`` of the documents block, unescaped."""
-
-    chunk_id: str
-    doc_id: str
-    title: str
-    text: str
-
-
-_DOCUMENTS_BLOCK: Final = re.compile(r"<documents\b[^>]*>(.*?)</documents\s*>", re.DOTALL)
-_DOC: Final = re.compile(r"<doc\b([^>]*)>(.*?)</doc\s*>", re.DOTALL)
-_ATTRIBUTE: Final = re.compile(r'([A-Za-z_][\w.:-]*)\s*=\s*"([^"]*)"')
-
-
-def parse_documents(text: str) -> list[DocumentChunk]:
-    """The chunks of every ``<documents>`` block in ``text``, in order, first of each
-    ``chunk_id`` kept. A ``<doc>`` without ``chunk_id`` is skipped; a missing ``doc_id`` is
-    the ``chunk_id`` before ``#``."""
-    chunks: list[DocumentChunk] = []
-    seen: set[str] = set()
-    for block in _DOCUMENTS_BLOCK.finditer(text):
-        for doc in _DOC.finditer(block.group(1)):
-            attributes = {k: html.unescape(v) for k, v in _ATTRIBUTE.findall(doc.group(1))}
-            chunk_id = attributes.get("chunk_id", "")
-            if not chunk_id or chunk_id in seen:
-                continue
-            seen.add(chunk_id)
-            chunks.append(
-                DocumentChunk(
-                    chunk_id=chunk_id,
-                    doc_id=attributes.get("doc_id") or chunk_id.split("#", 1)[0],
-                    title=attributes.get("title", ""),
-                    text=html.unescape(doc.group(2)).strip(),
-                )
-            )
-    return chunks
 
 
 def _text(message: BaseMessage) -> str:

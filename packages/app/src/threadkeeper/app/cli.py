@@ -1,29 +1,190 @@
-"""``threadkeeper`` — serve, chat, tokens, replay, migrate, retention, export, doctor."""
+"""``threadkeeper`` — serve, chat, tokens, replay, migrate, retention, export, doctor.
+
+Each command builds only what it uses: ``replay``, ``export``, ``retention`` and ``doctor``
+open the profile's backend alone (no model, hooks, agent or knowledge-base index: a run's
+documents are rendered from the knowledge base only when its prompt had some), and import
+nothing else — start-up, mostly imports, is most of what a command takes.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import errno
 import json
+import logging
 import math
 import os
+import re
+import signal
+import socket
 import sys
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from threadkeeper.app.config import ConfigError, Settings, describe, load_settings
+from threadkeeper.app.config import (
+    ConfigError,
+    Settings,
+    describe,
+    load_settings,
+    mask_url,
+    redact,
+    secrets_of,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_TENANT = "demo"
+DEFAULT_USER = "demo-user"
+TOKEN_VARIABLE = "THREADKEEPER_SERVICE_TOKEN"
+TENANT_OR_USER = r"[A-Za-z0-9._-]{1,128}"
+"""``threadkeeper.domain.threads.TENANT_OR_USER_ID`` (checked equal by the unit tests; the
+domain module is not imported for ``--help``)."""
+THREAD = r"[A-Za-z0-9._:-]{1,128}"
+"""``threadkeeper.domain.threads.THREAD_ID``."""
+UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+
+log = logging.getLogger("threadkeeper")
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    """One line on standard error, then exit (status 2: the command was given something that
+    cannot work)."""
+    print(f"threadkeeper: {' '.join(message.split())}", file=sys.stderr)
+    raise SystemExit(code)
 
 
 def _settings() -> Settings:
     try:
         return load_settings()
     except ConfigError as exc:
-        raise SystemExit(f"threadkeeper: configuration error: {exc}") from None
+        _fail(f"configuration error: {exc}")
+
+
+def _one_line(exc: BaseException, settings: Settings | None = None) -> str:
+    """An exception as one line, credentials masked."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return redact(text, secrets_of(settings) if settings is not None else set())
+
+
+# -- arguments ---------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line (and exit status 2), not the usage text and a line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _matching(pattern: str, what: str) -> Any:
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise argparse.ArgumentTypeError(f"{value!r} is not {what} (^{pattern}$)")
+        return value
+
+    return check
+
+
+_tenant_or_user_arg = _matching(TENANT_OR_USER, "a tenant or user id")
+_thread_arg = _matching(THREAD, "a thread id")
+
+
+def _run_id(value: str) -> str:
+    """A run id in any letter case, canonical (lower case) as the API stores it."""
+    if not re.fullmatch(UUID, value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a run id (a UUID)")
+    return str(uuid.UUID(value))
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+def _counter_name(value: str) -> str:
+    from threadkeeper.app.counters import NAMED
+
+    if value in NAMED:
+        return value
+    if not value.endswith(".json"):
+        raise argparse.ArgumentTypeError(
+            f"must be one of {', '.join(NAMED)} or a tokenizer.json path, not {value!r}"
+        )
+    if not Path(value).is_file():
+        raise argparse.ArgumentTypeError(f"{value} is not a file")
+    return value
+
+
+# -- backends ----------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def open_backend(settings: Settings, *, beside_server: bool) -> AsyncIterator[Any]:
+    """The selected profile's backend and nothing else. ``beside_server``: on embedded, open
+    without the data-dir lock, so a command that only reads (replay, export, doctor,
+    ``retention --dry-run``) works beside a running server (SQLite in WAL mode lets readers
+    in other processes see committed data while the server writes); the server profiles
+    need no such thing."""
+    if settings.profile == "embedded":
+        from threadkeeper.adapters.embedded import open_embedded
+
+        async with open_embedded(settings.data_dir, exclusive=not beside_server) as backend:
+            yield backend
+    elif settings.profile == "postgres":
+        from threadkeeper.adapters.postgres import SchemaNotReady as PostgresNotReady
+        from threadkeeper.adapters.postgres import open_postgres
+
+        try:
+            async with open_postgres(settings.postgres_url) as backend:
+                yield backend
+        except PostgresNotReady as exc:
+            raise ConfigError(str(exc)) from exc
+    else:
+        from threadkeeper.adapters.redis_mysql import SchemaNotReady as MysqlNotReady
+        from threadkeeper.adapters.redis_mysql import open_redis_mysql
+
+        try:
+            async with open_redis_mysql(
+                settings.redis_url,
+                settings.mysql_url,
+                checkpoint_ttl_minutes=settings.checkpoint_ttl_minutes,
+                lock_ttl_seconds=settings.lock_ttl_seconds,
+            ) as backend:
+                yield backend
+        except MysqlNotReady as exc:
+            raise ConfigError(str(exc)) from exc
+
+
+def _storage_failure(exc: BaseException, settings: Settings) -> NoReturn:
+    """A storage server out of reach: one line, exit status 1."""
+    _fail(f"cannot reach the {settings.profile} storage: {_one_line(exc, settings)}", code=1)
+
+
+def _run_on_storage(settings: Settings, work: Any) -> Any:
+    """``asyncio.run(work)``; a schema not ready or a storage server out of reach is one line
+    (credentials masked), not a traceback."""
+    try:
+        return asyncio.run(work)
+    except ConfigError as exc:
+        _fail(f"configuration error: {_one_line(exc, settings)}")
+    except Exception as exc:
+        from threadkeeper.app.service import storage_unreachable
+
+        if storage_unreachable(exc):
+            _storage_failure(exc, settings)
+        raise
 
 
 # -- serve -------------------------------------------------------------------------------
@@ -42,25 +203,115 @@ def _schema_problems(settings: Settings) -> tuple[list[str] | None, str]:
     try:
         return asyncio.run(check), server
     except Exception as exc:
-        print(f"threadkeeper: cannot reach {server}: {exc}", file=sys.stderr)
+        print(f"threadkeeper: cannot reach {server}: {_one_line(exc, settings)}", file=sys.stderr)
         return None, server
 
 
 def _storage(settings: Settings) -> str:
-    """Where the profile keeps its data, passwords masked (the start-up line)."""
-    from sqlalchemy.engine import make_url
-
-    def masked(url: str) -> str:
-        try:
-            return make_url(url).render_as_string(hide_password=True)
-        except Exception:  # not a URL SQLAlchemy reads: say no more than the scheme
-            return url.split("://", 1)[0] + "://…"
-
+    """Where the profile keeps its data, credentials masked (the start-up line)."""
     if settings.profile == "embedded":
         return settings.data_dir
     if settings.profile == "postgres":
-        return masked(settings.postgres_url)
-    return f"{masked(settings.redis_url)} + {masked(settings.mysql_url)}"
+        return mask_url(settings.postgres_url)
+    return f"{mask_url(settings.redis_url)} + {mask_url(settings.mysql_url)}"
+
+
+def _models(settings: Settings) -> str:
+    if settings.model_fallback:
+        return f"{settings.model}, fallback {settings.model_fallback}"
+    return settings.model
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+THIRD_PARTY_LOG_LEVEL = logging.WARNING
+"""Libraries' own loggers (httpx's line per request, bm25s's index building, …) below
+``--log-level debug``."""
+
+
+class LogFormatter(logging.Formatter):
+    """The one log format of ``serve`` (threadkeeper, uvicorn, Litestar and libraries alike),
+    every credential of the settings masked — also in tracebacks."""
+
+    def __init__(self, secrets: set[str]) -> None:
+        super().__init__(LOG_FORMAT)
+        self.secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.name == "uvicorn.error":  # uvicorn's general logger, not only errors
+            record = logging.makeLogRecord({**record.__dict__, "name": "uvicorn"})
+        return redact(super().format(record), self.secrets)
+
+
+OWN_LOGGERS = ("threadkeeper", "uvicorn", "litestar")
+
+
+class _LibraryLevel(logging.Filter):
+    """Other libraries' records below ``level`` are dropped, whatever level a library gave
+    its own logger (bm25s sets DEBUG on its own)."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.level or record.name.split(".", 1)[0] in OWN_LOGGERS
+
+
+class _Stderr:
+    """Whatever ``sys.stderr`` is when a line is written (a test may have replaced it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def serve_logging(level: str, settings: Settings) -> Iterator[None]:
+    """Route every logger through one handler on standard error in ``LOG_FORMAT``:
+    threadkeeper's and uvicorn's at ``level``, other libraries' at WARNING (unless
+    ``level`` is debug or trace). Undone afterwards (``serve`` may run inside a test)."""
+    from uvicorn.config import LOG_LEVELS
+
+    numeric = LOG_LEVELS[level]
+    libraries = numeric if numeric < logging.INFO else max(numeric, THIRD_PARTY_LOG_LEVEL)
+    handler = logging.StreamHandler(_Stderr())
+    handler.setFormatter(LogFormatter(secrets_of(settings)))
+    handler.addFilter(_LibraryLevel(libraries))
+    root = logging.getLogger()
+    own = [*OWN_LOGGERS, "uvicorn.error", "uvicorn.access"]
+    saved = (root.level, {name: logging.getLogger(name).level for name in own})
+    root.addHandler(handler)
+    root.setLevel(libraries)
+    for name in own:
+        logging.getLogger(name).setLevel(numeric)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved[0])
+        for name, previous in saved[1].items():
+            logging.getLogger(name).setLevel(previous)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound now: a port already in use is one line before anything
+    starts (uvicorn would say so only after the service reported ready)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = (
+            "is already in use (another server listens there: stop it, or pass --port)"
+            if exc.errno == errno.EADDRINUSE
+            else f"cannot be used: {exc.strerror or exc}"
+        )
+        _fail(f"cannot start: {host}:{port} {reason}")
+    return sock
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -76,10 +327,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    sock = _listen(args.host, args.port)
     try:
-        return _run_server(settings, args)
+        with serve_logging(args.log_level, settings):
+            return _run_server(settings, args, sock)
     except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C is a normal stop
         return 0
+    finally:
+        sock.close()
 
 
 def _draining_server_class() -> Any:
@@ -106,7 +361,7 @@ def _draining_server_class() -> Any:
     return DrainingServer
 
 
-def _run_server(settings: Settings, args: argparse.Namespace) -> int:
+def _run_server(settings: Settings, args: argparse.Namespace, sock: socket.socket) -> int:
     import uvicorn
 
     DrainingServer = _draining_server_class()
@@ -116,14 +371,16 @@ def _run_server(settings: Settings, args: argparse.Namespace) -> int:
     from threadkeeper.app.telemetry import configure_tracing
 
     if configure_tracing():
-        print("threadkeeper: exporting traces over OTLP/HTTP", file=sys.stderr)
+        log.info("exporting traces over OTLP/HTTP")
 
     container = make_container(settings)
     try:
         app = create_app(settings, container=container)
     except (ConfigError, ValueError) as exc:
-        print(f"threadkeeper: configuration error: {exc}", file=sys.stderr)
+        print(f"threadkeeper: configuration error: {_one_line(exc, settings)}", file=sys.stderr)
         return 2
+    host, port = sock.getsockname()[:2]
+    where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     async def serve() -> int:
         # Build what the lifespan would (the backend — on embedded with the data-dir lock, held
@@ -134,20 +391,23 @@ def _run_server(settings: Settings, args: argparse.Namespace) -> int:
         except Exception as exc:
             await container.shutdown_resources()  # type: ignore[misc]
             print(f"threadkeeper: cannot start: {startup_problem(exc, settings)}", file=sys.stderr)
-            if args.log_level == "debug":
+            if args.log_level in ("debug", "trace"):
                 raise
             return 2
-        print(
-            f"threadkeeper {settings.profile} profile on http://{args.host}:{args.port} "
-            f"(data: {_storage(settings)})",
-            file=sys.stderr,
+        log.info(
+            "serving the %s profile on %s (data: %s; model: %s)",
+            settings.profile,
+            where,
+            _storage(settings),
+            _models(settings),
         )
         grace = settings.shutdown_grace_seconds
         config = uvicorn.Config(
             app,
-            host=args.host,
-            port=args.port,
+            host=host,
+            port=port,
             log_level=args.log_level,
+            log_config=None,  # serve_logging: one format for every logger
             lifespan="on",
             # the drain (below) ends every run by ``grace``; uvicorn's own cancellation of
             # requests still open comes a little later, as a last resort
@@ -155,7 +415,7 @@ def _run_server(settings: Settings, args: argparse.Namespace) -> int:
         )
         server = DrainingServer(config, service, grace)
         try:
-            await server.serve()
+            await server.serve(sockets=[sock])
         finally:
             await container.shutdown_resources()  # type: ignore[misc]  # no-op after lifespan
         return 0 if server.started else 3
@@ -168,48 +428,149 @@ def _run_server(settings: Settings, args: argparse.Namespace) -> int:
 
 def _headers(args: argparse.Namespace) -> dict[str, str]:
     headers = {"X-Tenant-Id": args.tenant, "X-User-Id": args.user}
-    token = os.environ.get("THREADKEEPER_SERVICE_TOKEN")
+    token = os.environ.get(TOKEN_VARIABLE)
     if token:
         headers["Authorization"] = f"Bearer {token}"
     return headers
 
 
+_OPTION_OF = {"X-Tenant-Id": "--tenant", "X-User-Id": "--user", "thread_id": "--thread"}
+
+
+def _refusal(status: int, problem: dict[str, Any], args: argparse.Namespace) -> tuple[str, bool]:
+    """What to tell the user about a refused message, and whether every message would be
+    refused the same way (then ``chat`` ends)."""
+    detail = problem.get("detail") or problem.get("title") or ""
+    if status == 401:
+        if os.environ.get(TOKEN_VARIABLE):
+            return f"the service refused the token in {TOKEN_VARIABLE} ({detail})", True
+        return f"the service wants a token: set {TOKEN_VARIABLE} to its service token", True
+    if status == 403:
+        return f"[403] {detail} (tenant {args.tenant}, user {args.user})", True
+    if status == 422:
+        fields = []
+        fatal = True
+        for error in problem.get("errors") or [{"message": detail}]:
+            key = error.get("key")
+            source = error.get("source")
+            option = _OPTION_OF.get(str(key))
+            where = f"{key} ({source}{', set by ' + option if option else ''})" if key else ""
+            fields.append(f"{where}: {error.get('message')}" if where else error.get("message"))
+            fatal = fatal and source in ("header", "path")
+        return f"[422] {'; '.join(str(f) for f in fields)}", fatal
+    return f"[{status}] {detail}", False
+
+
+STOPPED_RUN_WAIT_SECONDS = 5.0
+"""How long a message waits for the run the user just stopped to let go of the thread (the
+service sees the closed stream at its next event, then cancels the run: well within 1 s)."""
+
+
+class ChatSession:
+    """The terminal client's state: the thread, and the run being streamed or just stopped."""
+
+    def __init__(self, client: Any, thread: str, args: argparse.Namespace) -> None:
+        self.client = client
+        self.thread = thread
+        self.args = args
+        self.streaming: str | None = None
+        """The run whose answer is being streamed (from its ``metadata`` event)."""
+        self.stopped: str | None = None
+        """The run the user stopped with Ctrl-C last."""
+
+    def stop(self) -> None:
+        self.stopped, self.streaming = self.streaming, None
+
+    def send(self, line: str) -> int | None:
+        """One message and its streamed answer; an exit status when ``chat`` should end."""
+        deadline = time.monotonic() + STOPPED_RUN_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            outcome = self._round(line, may_wait=True)
+            if outcome != "wait":
+                return outcome if isinstance(outcome, int) else None
+            time.sleep(0.1)
+        outcome = self._round(line, may_wait=False)
+        return outcome if isinstance(outcome, int) else None
+
+    def _round(self, line: str, *, may_wait: bool) -> int | str | None:
+        from urllib.parse import quote
+
+        from httpx_sse import connect_sse
+
+        body = {"message": {"content": line}}
+        path = f"/v1/threads/{quote(self.thread, safe='')}/runs"
+        with connect_sse(self.client, "POST", path, json=body) as source:
+            response = source.response
+            if response.status_code != 200:
+                response.read()
+                try:
+                    problem = response.json()
+                except ValueError:
+                    problem = {"detail": response.text[:200]}
+                if may_wait and response.status_code == 409 and self.stopped is not None:
+                    running = problem.get("running_run_id")
+                    if running in (None, self.stopped):  # the stopped run is still ending
+                        return "wait"
+                message, fatal = _refusal(response.status_code, problem, self.args)
+                if fatal:
+                    print(f"threadkeeper: {message}", file=sys.stderr)
+                    return 2
+                print(message)
+                return None
+            print("bot> ", end="", flush=True)
+            for event in source.iter_sse():
+                data = json.loads(event.data)
+                if event.event == "metadata":
+                    self.streaming = data.get("run_id")
+                elif event.event == "messages":
+                    print(data["delta"], end="", flush=True)
+                elif event.event == "end":
+                    cites = ", ".join(c["title"] for c in data["message"]["citations"])
+                    print(f"\n     [{data['status']}{'; ' + cites if cites else ''}]")
+                elif event.event == "error":
+                    print(f"\n[error] {data.get('detail')}")
+            self.streaming = None
+        return None
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     import httpx
-    from httpx_sse import connect_sse
 
+    # Ctrl-C must reach the client even where its parent ignored SIGINT (a background job)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     thread = args.thread or f"chat-{uuid.uuid4().hex[:8]}"
-    print(f"thread {thread} — type a message, Ctrl-D to quit", file=sys.stderr)
-    with httpx.Client(base_url=args.url, headers=_headers(args), timeout=None) as client:
-        while True:
-            try:
-                line = input("you> ").strip()
-            except EOFError:
-                print(file=sys.stderr)
-                return 0
-            if not line:
-                continue
-            body = {"message": {"content": line}}
-            try:
-                with connect_sse(client, "POST", f"/v1/threads/{thread}/runs", json=body) as source:
-                    if source.response.status_code != 200:
-                        source.response.read()
-                        problem = source.response.json()
-                        print(f"[{problem.get('status')}] {problem.get('detail')}")
-                        continue
-                    print("bot> ", end="", flush=True)
-                    for event in source.iter_sse():
-                        data = json.loads(event.data)
-                        if event.event == "messages":
-                            print(data["delta"], end="", flush=True)
-                        elif event.event == "end":
-                            cites = ", ".join(c["title"] for c in data["message"]["citations"])
-                            print(f"\n     [{data['status']}{'; ' + cites if cites else ''}]")
-                        elif event.event == "error":
-                            print(f"\n[error] {data.get('detail')}")
-            except httpx.HTTPError as exc:
-                print(f"threadkeeper: cannot reach {args.url}: {exc}", file=sys.stderr)
-                return 1
+    print(
+        f"thread {thread} on {args.url} (tenant {args.tenant}, user {args.user}) — type a "
+        "message; Ctrl-C stops an answer, Ctrl-D or Ctrl-C at the prompt quits",
+        file=sys.stderr,
+    )
+    try:
+        with httpx.Client(base_url=args.url, headers=_headers(args), timeout=None) as client:
+            session = ChatSession(client, thread, args)
+            while True:
+                try:
+                    line = input("you> ").strip()
+                except (EOFError, KeyboardInterrupt):
+                    print(file=sys.stderr)
+                    return 0
+                if not line:
+                    continue
+                try:
+                    ended = session.send(line)
+                except KeyboardInterrupt:
+                    # leaving the stream closed the connection: the service cancels the run,
+                    # and nothing of this round is stored
+                    session.stop()
+                    print("\n     [stopped: this round is not stored]", flush=True)
+                    continue
+                except httpx.HTTPError as exc:
+                    print(f"threadkeeper: cannot reach {args.url}: {exc}", file=sys.stderr)
+                    return 1
+                if ended is not None:
+                    return ended
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one was being handled
+        print(file=sys.stderr)
+        return 0
 
 
 # -- tokens ------------------------------------------------------------------------------
@@ -218,108 +579,108 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_tokens(args: argparse.Namespace) -> int:
     from threadkeeper.app.counters import counter_from_name
 
-    counter = counter_from_name(args.counter or _settings().tokenizer)
+    name = args.counter or _settings().tokenizer
+    try:
+        counter = counter_from_name(name)
+    except ConfigError as exc:
+        _fail(f"configuration error: {exc}")
+    except Exception as exc:  # a tokenizer.json that does not load
+        option = "--counter" if args.counter else "THREADKEEPER_TOKENIZER"
+        _fail(f"{option}: cannot load {name}: {_one_line(exc)}")
     for line in sys.stdin:
         print(counter.count_text(line.rstrip("\n")))
     return 0
 
 
-# -- replay, retention, doctor (open the backend) ----------------------------------------
+# -- replay ------------------------------------------------------------------------------
 
 
 async def _replay(settings: Settings, args: argparse.Namespace) -> int:
-    from langchain_core.messages import AIMessage
-
-    from threadkeeper.app.container import make_container
-    from threadkeeper.app.runs import from_transcript
-    from threadkeeper.domain.compaction import shown_message
+    from threadkeeper.app.stored import from_transcript, thread_messages
     from threadkeeper.domain.threads import ThreadRef, ThreadScope
 
-    container = make_container(settings)
-    _open_beside_a_server(container, settings)
-    # only the selected profile's backend is opened (Selector), when first asked for
-    try:
-        service = await container.service()  # type: ignore[misc]
-        ref = ThreadRef(args.tenant, args.user, args.thread, ThreadScope(settings.thread_scope))
-        record = await service.backend.runs.get(ref.key, args.run)
+    ref = ThreadRef(args.tenant, args.user, args.thread, ThreadScope(settings.thread_scope))
+    async with open_backend(settings, beside_server=True) as backend:
+        record = await backend.runs.get(ref.key, args.run)
         if record is None:
             print(f"threadkeeper: no run {args.run} in thread {args.thread}", file=sys.stderr)
             return 1
-        config: dict[str, Any] = {"configurable": {"thread_id": ref.key}}
-        if record.checkpoint_id:
-            config["configurable"]["checkpoint_id"] = record.checkpoint_id
-        state = await service.agent.aget_state(config)
-        if not state.values and record.checkpoint_id:
+        messages = await thread_messages(backend.saver, ref.key, record.checkpoint_id)
+        if messages is None and record.checkpoint_id:
             # pruned (postgres keeps only the newest checkpoint): the newest state holds
             # every message, under the same ids
-            state = await service.agent.aget_state({"configurable": {"thread_id": ref.key}})
-        by_id = {str(m.id): m for m in (state.values or {}).get("messages", [])}
-        archive = service.archive
-        if archive is not None:
+            messages = await thread_messages(backend.saver, ref.key)
+        by_id = {str(m.id): m for m in messages or []}
+        if backend.archive is not None:
             # redis-mysql: compaction and the TTL remove older messages from the checkpoints;
             # their human and AI text stays in the archive (tool calls and results do not)
             gone = [i for call in record.model_calls for i in call.message_ids if i not in by_id]
-            for kept in await archive.find(ref.key, gone):
+            for kept in await backend.archive.find(ref.key, gone):
                 by_id[kept.id] = from_transcript(kept)
-        print(
-            json.dumps(
-                {
-                    "run_id": record.run_id,
-                    "status": record.status,
-                    "prompt_version": record.prompt_version,
-                    "chunk_ids": list(record.chunk_ids),
-                    "memory_keys": list(record.memory_keys),
-                },
-                ensure_ascii=False,
-            )
+    for line in _replay_lines(record, by_id):
+        print(line)
+    return 0
+
+
+def _replay_lines(record: Any, by_id: dict[str, Any]) -> Iterator[str]:
+    from langchain_core.messages import AIMessage
+
+    from threadkeeper.domain.compaction import shown_message
+
+    yield json.dumps(
+        {
+            "run_id": record.run_id,
+            "status": record.status,
+            "prompt_version": record.prompt_version,
+            "chunk_ids": list(record.chunk_ids),
+            "memory_keys": list(record.memory_keys),
+        },
+        ensure_ascii=False,
+    )
+    prompt = _with_documents(record)
+    for index, call in enumerate(record.model_calls):
+        system = prompt
+        if call.summary:
+            system = f"{system}\n\n{call.summary}"
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        for message_id in call.message_ids:
+            message = shown_message(message_id, by_id)
+            if message is None:
+                messages.append({"role": "missing", "id": message_id})
+                continue
+            item: dict[str, Any] = {
+                "role": message.type,
+                "id": message_id,
+                "content": message.content,
+            }
+            if isinstance(message, AIMessage) and message.tool_calls:
+                item["tool_calls"] = message.tool_calls
+            messages.append(item)
+        yield json.dumps(
+            {
+                "model_call": index,
+                "tokens": call.tokens,
+                "budget": call.budget,
+                "counter": call.counter,
+                "messages": messages,
+            },
+            ensure_ascii=False,
+            default=str,
         )
-        prompt = _with_documents(record, container.knowledge())
-        for index, call in enumerate(record.model_calls):
-            system = prompt
-            if call.summary:
-                system = f"{system}\n\n{call.summary}"
-            messages = [{"role": "system", "content": system}]
-            for message_id in call.message_ids:
-                message = shown_message(message_id, by_id)
-                if message is None:
-                    messages.append({"role": "missing", "id": message_id})
-                    continue
-                item: dict[str, Any] = {
-                    "role": message.type,
-                    "id": message_id,
-                    "content": message.content,
-                }
-                if isinstance(message, AIMessage) and message.tool_calls:
-                    item["tool_calls"] = message.tool_calls
-                messages.append(item)
-            print(
-                json.dumps(
-                    {
-                        "model_call": index,
-                        "tokens": call.tokens,
-                        "budget": call.budget,
-                        "counter": call.counter,
-                        "messages": messages,
-                    },
-                    ensure_ascii=False,
-                    default=str,
-                )
-            )
-        return 0
-    finally:
-        await container.shutdown_resources()  # type: ignore[misc]
 
 
-def _with_documents(record: Any, knowledge: Any) -> str:
+def _with_documents(record: Any) -> str:
     """The run's system prompt with its documents block rendered again from the knowledge base
     (the record stores their ``chunk_ids``, not their text); a chunk the knowledge base no
-    longer has is shown as missing."""
-    from threadkeeper.app.agent import render_documents
-    from threadkeeper.domain.runs import DOCUMENTS_REF
+    longer has is shown as missing. The knowledge base is loaded only for such a prompt."""
+    from threadkeeper.domain.prompt import DOCUMENTS_REF, with_documents
 
     prompt: str = record.system_prompt
     if not prompt.endswith(DOCUMENTS_REF):
         return prompt
+    from threadkeeper.adapters.knowledge import KnowledgeBase
+
+    knowledge = KnowledgeBase.from_directory()  # documents only: the search index is lazy
     chunks = []
     for chunk_id in record.chunk_ids:
         chunk = knowledge.chunk(record.tenant_id, chunk_id)
@@ -333,33 +694,70 @@ def _with_documents(record: Any, knowledge: Any) -> str:
                 "text": chunk.text,
             }
         )
-    return prompt[: -len(DOCUMENTS_REF)] + "\n\n" + render_documents(chunks)
-
-
-def _open_beside_a_server(container: Any, settings: Settings) -> None:
-    """Open the embedded backend without its data-dir lock, so a command that only reads
-    (replay, export, doctor, ``retention --dry-run``) works beside a running server; the
-    server profiles need no such thing. SQLite in WAL mode lets readers in other processes
-    see committed data while the server writes."""
-    if settings.profile != "embedded":
-        return
-    from dependency_injector import providers
-
-    from threadkeeper.adapters.embedded import open_embedded
-
-    async def backend(data_dir: str) -> Any:
-        async with open_embedded(data_dir, exclusive=False) as opened:
-            yield opened
-
-    container.backend.override(providers.Resource(backend, settings.data_dir))
+    return with_documents(prompt, chunks)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    return asyncio.run(_replay(_settings(), args))
+    settings = _settings()
+    return int(_run_on_storage(settings, _replay(settings, args)))
+
+
+# -- retention ---------------------------------------------------------------------------
+
+
+async def would_delete(backend: Any, thread_keys: Sequence[str]) -> Any:
+    """What deleting ``thread_keys`` would delete, counted the way the deletion counts it
+    (``CheckpointRetention`` / ``RedisMysqlRetention._delete_held``): the messages of the
+    transcript (the newest checkpoint's, or the archive's rows), the feedback rows, and each
+    thread — which exists, as ``idle_threads`` listed it. Memory belongs to the user."""
+    from sqlalchemy import func, select
+
+    from threadkeeper.adapters.checkpoint_retention import transcript_count
+    from threadkeeper.adapters.sql import feedback
+    from threadkeeper.app.stored import thread_messages
+    from threadkeeper.domain.retention import ErasureReceipt
+
+    total = ErasureReceipt()
+    for key in thread_keys:
+        if backend.archive is not None:
+            from threadkeeper.adapters.redis_mysql.archive import chat_messages
+
+            async with backend.archive.engine.connect() as conn:
+                messages = int(
+                    (
+                        await conn.execute(
+                            select(func.count())
+                            .select_from(chat_messages)
+                            .where(chat_messages.c.thread_key == key)
+                        )
+                    ).scalar_one()
+                )
+        else:
+            messages = transcript_count(await thread_messages(backend.saver, key) or [])
+        async with backend.runs.connect() as conn:
+            notes = int(
+                (
+                    await conn.execute(
+                        select(func.count())
+                        .select_from(feedback)
+                        .where(feedback.c.thread_key == key)
+                    )
+                ).scalar_one()
+            )
+        total = total + ErasureReceipt(threads=1, messages=messages, feedback=notes)
+    return total
+
+
+def _counts(receipt: Any) -> dict[str, int]:
+    return {
+        "threads": receipt.threads,
+        "messages": receipt.messages,
+        "memory_items": receipt.memory_items,
+        "feedback": receipt.feedback,
+    }
 
 
 async def _retention(settings: Settings, args: argparse.Namespace) -> int:
-    from threadkeeper.app.container import make_container
     from threadkeeper.domain.errors import InvalidDuration
     from threadkeeper.domain.retention import parse_duration, sweep
 
@@ -367,67 +765,55 @@ async def _retention(settings: Settings, args: argparse.Namespace) -> int:
         try:
             older_than = parse_duration(args.older_than)
         except InvalidDuration as exc:
-            print(f"threadkeeper: --older-than: {exc}", file=sys.stderr)
-            return 2
+            _fail(f"--older-than: {exc}")
     elif settings.retention_days:
         older_than = parse_duration(f"{settings.retention_days}d")
     else:
-        print(
-            "threadkeeper: no retention window: pass --older-than or set "
-            "THREADKEEPER_RETENTION_DAYS",
-            file=sys.stderr,
-        )
-        return 2
-    from threadkeeper.adapters.embedded import DataDirBusy
-
-    container = make_container(settings)
-    if args.dry_run:
-        _open_beside_a_server(container, settings)  # only reads
+        _fail("no retention window: pass --older-than or set THREADKEEPER_RETENTION_DAYS")
+    now = datetime.now(UTC)
+    cutoff = now - older_than
     # Deleting takes the embedded data-dir lock: a deletion holds the thread's run lock, which
     # on embedded lives in the server's process, so beside a server a run in flight could
     # commit into a thread being deleted. Server profiles lock threads in their database.
-    # only the selected profile's backend is opened (Selector), when first asked for
+    # Counting only reads: it works beside a server.
+    from threadkeeper.adapters.embedded import DataDirBusy
+
     try:
-        try:
-            backend = await container.backend()
-        except DataDirBusy:
-            print(
-                f"threadkeeper: a threadkeeper server is running on {settings.data_dir}; "
-                "retention cannot delete beside it (its runs lock threads in its own process): "
-                "stop it first, or let it sweep (THREADKEEPER_RETENTION_DAYS with "
-                "THREADKEEPER_RETENTION_SWEEP_MINUTES); --dry-run works beside it",
-                file=sys.stderr,
-            )
-            return 2
-        report = await sweep(
-            backend.retention,
-            now=datetime.now(UTC),
-            older_than=older_than,
-            batch=args.batch,
-            dry_run=args.dry_run,
-        )
-        print(
-            json.dumps(
-                {
-                    "cutoff": report.cutoff.isoformat(),
-                    "dry_run": report.dry_run,
-                    "batches": report.batches,
-                    "deleted": {
-                        "threads": report.deleted.threads,
-                        "messages": report.deleted.messages,
-                        "memory_items": report.deleted.memory_items,
-                        "feedback": report.deleted.feedback,
-                    },
+        async with open_backend(settings, beside_server=args.dry_run) as backend:
+            if args.dry_run:
+                # the threads the sweep would find now (it pages by ``batch``), and what
+                # deleting them would delete
+                keys = await backend.retention.idle_threads(cutoff, limit=2**31 - 1)
+                report: dict[str, Any] = {
+                    "cutoff": cutoff.isoformat(),
+                    "dry_run": True,
+                    "batches": math.ceil(len(keys) / args.batch),
+                    "would_delete": _counts(await would_delete(backend, keys)),
                 }
-            )
+            else:
+                swept = await sweep(
+                    backend.retention, now=now, older_than=older_than, batch=args.batch
+                )
+                report = {
+                    "cutoff": swept.cutoff.isoformat(),
+                    "dry_run": False,
+                    "batches": swept.batches,
+                    "deleted": _counts(swept.deleted),
+                }
+    except DataDirBusy:
+        _fail(
+            f"a threadkeeper server is running on {settings.data_dir}; retention cannot delete "
+            "beside it (its runs lock threads in its own process): stop it first, or let it "
+            "sweep (THREADKEEPER_RETENTION_DAYS with THREADKEEPER_RETENTION_SWEEP_MINUTES); "
+            "--dry-run works beside it"
         )
-        return 0
-    finally:
-        await container.shutdown_resources()  # type: ignore[misc]
+    print(json.dumps(report))
+    return 0
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
-    return asyncio.run(_retention(_settings(), args))
+    settings = _settings()
+    return int(_run_on_storage(settings, _retention(settings, args)))
 
 
 # -- export ------------------------------------------------------------------------------
@@ -439,28 +825,28 @@ def _thread_id(key: str, tenant_id: str, user_id: str, scope: str) -> str | None
     return key.removeprefix(prefix) if key.startswith(prefix) else None
 
 
-async def _user_thread_keys(service: Any, tenant_id: str, user_id: str) -> set[str]:
+async def _user_thread_keys(backend: Any, tenant_id: str, user_id: str) -> set[str]:
     """Every thread the user has in the tenant, from whatever records it on this profile:
     run records (all), checkpoint metadata (embedded, postgres), the archive (redis-mysql) —
     the same sources erasure deletes from."""
     keys: set[str] = set()
     for source, method in (
-        (service.backend.runs, "user_threads"),
-        (service.retention, "user_thread_keys"),
-        (service.archive, "user_threads"),
+        (backend.runs, "user_threads"),
+        (backend.retention, "user_thread_keys"),
+        (backend.archive, "user_threads"),
     ):
         if source is not None and hasattr(source, method):
             keys.update(await getattr(source, method)(tenant_id, user_id))
     return keys
 
 
-async def _user_feedback(service: Any, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+async def _user_feedback(backend: Any, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
     """The user's feedback rows (every profile keeps them in ``SqlRunRecords``' table)."""
     from sqlalchemy import select
 
     from threadkeeper.adapters.sql import SqlRunRecords, feedback
 
-    runs = service.backend.runs
+    runs = backend.runs
     if not isinstance(runs, SqlRunRecords):
         return []
     query = (
@@ -468,7 +854,7 @@ async def _user_feedback(service: Any, tenant_id: str, user_id: str) -> list[dic
         .where(feedback.c.tenant_id == tenant_id, feedback.c.user_id == user_id)
         .order_by(feedback.c.at, feedback.c.run_id)
     )
-    async with runs.engine.connect() as conn:
+    async with runs.connect() as conn:
         rows = (await conn.execute(query)).mappings().all()
     return [
         {
@@ -482,29 +868,30 @@ async def _user_feedback(service: Any, tenant_id: str, user_id: str) -> list[dic
     ]
 
 
-async def _export(settings: Settings, caller: Any) -> dict[str, Any]:
-    """Everything kept about ``caller``'s user in the tenant, read through the same service
-    the HTTP API uses (bodies shaped as its responses)."""
-    from threadkeeper.app.container import make_container
+async def _export(settings: Settings, tenant_id: str, user_id: str) -> dict[str, Any]:
+    """Everything kept about the user in the tenant, read as the HTTP API reads it (bodies
+    shaped as its responses)."""
     from threadkeeper.app.http.routes import memory_out, message_out
+    from threadkeeper.app.stored import memory_view, transcript_page
     from threadkeeper.domain.errors import UnknownThread
+    from threadkeeper.domain.threads import ThreadRef, ThreadScope
     from threadkeeper.domain.transcript import MAX_PAGE, TranscriptMessage
 
-    container = make_container(settings)
-    _open_beside_a_server(container, settings)
-    try:
-        # only the selected profile's backend is opened (Selector), when first asked for
-        service = await container.service()  # type: ignore[misc]
-        ids = (caller.tenant_id, caller.user_id, settings.thread_scope)
+    scope = ThreadScope(settings.thread_scope)
+    ids = (tenant_id, user_id, settings.thread_scope)
+    async with open_backend(settings, beside_server=True) as backend:
         threads: list[dict[str, Any]] = []
-        keys = await _user_thread_keys(service, caller.tenant_id, caller.user_id)
+        keys = await _user_thread_keys(backend, tenant_id, user_id)
         for thread_id in sorted(t for k in keys if (t := _thread_id(k, *ids))):
             # the transcript exactly as GET /v1/threads/{thread_id}/messages serves it
+            key = ThreadRef(tenant_id, user_id, thread_id, scope).key
             messages: list[TranscriptMessage] = []
             before: str | None = None
             while True:
                 try:
-                    page = await service.messages(caller, thread_id, limit=MAX_PAGE, before=before)
+                    page = await transcript_page(
+                        backend.saver, backend.archive, key, limit=MAX_PAGE, before=before
+                    )
                 except UnknownThread:
                     break  # run records or feedback only: listed, with no messages
                 messages[:0] = page.messages
@@ -514,41 +901,43 @@ async def _export(settings: Settings, caller: Any) -> dict[str, Any]:
             threads.append({"thread_id": thread_id, "messages": [message_out(m) for m in messages]})
         feedback = [
             {"thread_id": _thread_id(key, *ids) or key, **item}
-            for item in await _user_feedback(service, caller.tenant_id, caller.user_id)
+            for item in await _user_feedback(backend, tenant_id, user_id)
             if (key := item.pop("thread_key"))
         ]
-        return {
-            "tenant_id": caller.tenant_id,
-            "user_id": caller.user_id,
-            "exported_at": datetime.now(UTC),
-            "profile": settings.profile,
-            "thread_scope": settings.thread_scope,
-            "threads": threads,
-            "memory": memory_out(await service.memory(caller)),
-            "feedback": feedback,
-        }
-    finally:
-        await container.shutdown_resources()  # type: ignore[misc]
+        memory = memory_out(await memory_view(backend.store, tenant_id, user_id))
+    return {
+        "tenant_id": tenant_id,
+        "user_id": user_id,
+        "exported_at": datetime.now(UTC),
+        "profile": settings.profile,
+        "thread_scope": settings.thread_scope,
+        "threads": threads,
+        "memory": memory,
+        "feedback": feedback,
+    }
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     import msgspec
 
-    from threadkeeper.app.service import Caller
-    from threadkeeper.domain.threads import TENANT_OR_USER_ID
-
-    for name, value in (("--tenant", args.tenant), ("--user", args.user)):
-        if not TENANT_OR_USER_ID.fullmatch(value):
-            print(f"threadkeeper: {name} must match {TENANT_OR_USER_ID.pattern}", file=sys.stderr)
-            return 2
+    output = None if args.output in (None, "-") else Path(args.output)
+    if output is not None:
+        if not output.parent.is_dir():
+            _fail(f"--output: the folder {output.parent} does not exist")
+        if output.is_dir():
+            _fail(f"--output: {output} is a folder, not a file")
+    settings = _settings()
     document = msgspec.to_builtins(
-        asyncio.run(_export(_settings(), Caller(args.tenant, args.user)))
+        _run_on_storage(settings, _export(settings, args.tenant, args.user))
     )
     text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
-    if args.output in (None, "-"):
+    if output is None:
         sys.stdout.write(text)
         return 0
-    Path(args.output).write_text(text, encoding="utf-8")
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"--output: cannot write {output}: {exc.strerror or exc}")
     threads, memory = document["threads"], document["memory"]
     print(
         f"threadkeeper: exported {len(threads)} threads, "
@@ -560,6 +949,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- migrate -----------------------------------------------------------------------------
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings()
     if settings.profile == "embedded":
@@ -568,37 +960,83 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if settings.profile == "postgres":
         from threadkeeper.adapters.postgres import migrate_postgres
 
-        for step in asyncio.run(migrate_postgres(settings.postgres_url)):
-            print(step)
-        return 0
-    from threadkeeper.adapters.redis_mysql import migrate_redis_mysql
+        steps = _run_on_storage(settings, migrate_postgres(settings.postgres_url))
+    else:
+        from threadkeeper.adapters.redis_mysql import migrate_redis_mysql
 
-    for step in asyncio.run(migrate_redis_mysql(settings.mysql_url)):
+        steps = _run_on_storage(settings, migrate_redis_mysql(settings.mysql_url))
+    for step in steps:
         print(step)
     return 0
 
 
-async def _doctor(settings: Settings) -> int:
-    from threadkeeper.app.container import make_container
+# -- doctor ------------------------------------------------------------------------------
 
+
+async def _doctor(settings: Settings) -> int:
+    """Each check on its own line; building only what a check needs."""
     print(describe(settings))
-    container = make_container(settings)
-    _open_beside_a_server(container, settings)
     ok = True
-    try:
-        # only the selected profile's backend is opened (Selector), when first asked for
-        service = await container.service()  # type: ignore[misc]
-        for name, state in (await service.ready()).items():
-            print(f"{name}: {state}")
-            ok = ok and state == "ok"
-        print(f"tokenizer {service.counter.name}: ok")
-        tenants = ", ".join(container.knowledge().tenants())
-        print(f"knowledge base tenants: {tenants}")
-    except Exception as exc:  # doctor reports whatever fails
-        print(f"error: {type(exc).__name__}: {exc}")
+
+    def failed(what: str, exc: BaseException) -> None:
+        nonlocal ok
         ok = False
-    finally:
-        await container.shutdown_resources()  # type: ignore[misc]
+        print(f"{what}: error: {type(exc).__name__}: {_one_line(exc, settings)}")
+
+    try:
+        async with open_backend(settings, beside_server=True) as backend:
+            for name, state in (await backend.health()).items():
+                print(f"{name}: {redact(state, secrets_of(settings))}")
+                ok = ok and state == "ok"
+    except Exception as exc:  # doctor reports whatever fails
+        failed(f"{settings.profile} storage", exc)
+    counter = None
+    try:
+        from threadkeeper.app.counters import counter_from_name
+
+        counter = counter_from_name(settings.tokenizer)
+        print(f"tokenizer {counter.name}: ok")
+    except Exception as exc:
+        failed(f"tokenizer {settings.tokenizer}", exc)
+    try:
+        from threadkeeper.adapters.knowledge import KnowledgeBase
+
+        tenants = ", ".join(KnowledgeBase.from_directory().tenants())
+        print(f"knowledge base tenants: {tenants}")
+    except Exception as exc:
+        failed("knowledge base", exc)
+    for variable, name in (("MODEL", settings.model), ("MODEL_FALLBACK", settings.model_fallback)):
+        if name is None:
+            continue
+        if name == "builtin":  # nothing to check (and nothing worth importing)
+            print(f"model {name}: ok")
+            continue
+        try:
+            from threadkeeper.app.container import build_model
+
+            build_model(name, 0.0, settings.model_timeout_seconds, variable=variable)
+            print(f"model {name}: ok (not called)")
+        except Exception as exc:
+            failed(f"model {name}", exc)
+    if settings.hooks is None:
+        print("hooks: the profile's default")
+    elif counter is not None:
+        try:
+            from threadkeeper.hooks import HookSettings, build_pipeline
+
+            build_pipeline(
+                settings.hooks,
+                HookSettings(
+                    budget=settings.token_budget,
+                    counter=counter,
+                    summary_after_turns=settings.summary_after_turns,
+                    tool_result_max_chars=settings.tool_result_max_chars,
+                ),
+                allow_destructive=not settings.transcript_in_checkpoints,
+            )
+            print(f"hooks {settings.hooks}: ok")
+        except Exception as exc:
+            failed(f"hooks {settings.hooks}", exc)
     return 0 if ok else 1
 
 
@@ -606,41 +1044,90 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return asyncio.run(_doctor(_settings()))
 
 
+# -- the command line --------------------------------------------------------------------
+
+
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="threadkeeper", description=__doc__)
+    root = _Parser(prog="threadkeeper", description=__doc__.split("\n\n")[0])
     commands = root.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the HTTP service")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (%(default)s)")
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug", "trace"],
+        help="threadkeeper's and uvicorn's log level (%(default)s); other libraries log "
+        "warnings and errors only, unless debug or trace",
+    )
     serve.set_defaults(func=cmd_serve)
 
-    chat = commands.add_parser("chat", help="talk to a running service in the terminal")
-    chat.add_argument("--url", default=DEFAULT_URL)
-    chat.add_argument("--thread")
-    chat.add_argument("--tenant", default="demo")
-    chat.add_argument("--user", default="demo-user")
+    chat = commands.add_parser(
+        "chat",
+        help="talk to a running service in the terminal",
+        description="An interactive client of a running service: type a message, the answer "
+        "streams as it arrives. Ctrl-C stops the answer being streamed (the service cancels "
+        "the run: nothing of that round is stored); Ctrl-D, or Ctrl-C at the prompt, quits.",
+        epilog=f"environment: {TOKEN_VARIABLE} — the service token, sent as "
+        "'Authorization: Bearer …' (the service asks for it outside the embedded profile)",
+    )
+    chat.add_argument("--url", default=DEFAULT_URL, help="the service (default: %(default)s)")
+    chat.add_argument("--thread", help="the thread to talk in (default: a new chat-… thread)")
+    chat.add_argument("--tenant", default=DEFAULT_TENANT, help="X-Tenant-Id (default: %(default)s)")
+    chat.add_argument("--user", default=DEFAULT_USER, help="X-User-Id (default: %(default)s)")
     chat.set_defaults(func=cmd_chat)
 
     tokens = commands.add_parser("tokens", help="count tokens, one stdin line per message")
-    tokens.add_argument("--counter", help="o200k_base, cl100k_base, estimate or tokenizer.json")
+    tokens.add_argument(
+        "--counter",
+        type=_counter_name,
+        help="o200k_base, cl100k_base, estimate or a tokenizer.json path "
+        "(default: THREADKEEPER_TOKENIZER)",
+    )
     tokens.set_defaults(func=cmd_tokens)
 
-    replay = commands.add_parser("replay", help="print exactly what the model saw in a run")
-    replay.add_argument("--thread", required=True)
-    replay.add_argument("--run", required=True)
-    replay.add_argument("--tenant", default="demo")
-    replay.add_argument("--user", default="demo-user")
+    replay = commands.add_parser(
+        "replay",
+        help="print exactly what the model saw in a run",
+        description="What the model was sent in each model call of a run, one JSON line per "
+        "call after a line about the run. Works beside a running server.",
+    )
+    replay.add_argument("--thread", required=True, type=_thread_arg, help="the thread id")
+    replay.add_argument(
+        "--run", required=True, type=_run_id, help="the run_id (a UUID, any letter case)"
+    )
+    replay.add_argument(
+        "--tenant",
+        default=DEFAULT_TENANT,
+        type=_tenant_or_user_arg,
+        help="the thread's tenant (default: %(default)s)",
+    )
+    replay.add_argument(
+        "--user",
+        default=DEFAULT_USER,
+        type=_tenant_or_user_arg,
+        help="the thread's user (default: %(default)s)",
+    )
     replay.set_defaults(func=cmd_replay)
 
     migrate = commands.add_parser("migrate", help="create or upgrade the schema")
     migrate.set_defaults(func=cmd_migrate)
 
-    retention = commands.add_parser("retention", help="delete threads idle past the window")
-    retention.add_argument("--older-than", help="e.g. 90d, 12h (default: RETENTION_DAYS)")
-    retention.add_argument("--dry-run", action="store_true")
-    retention.add_argument("--batch", type=int, default=500)
+    retention = commands.add_parser(
+        "retention",
+        help="delete threads idle past the window",
+        description="Delete the threads idle longer than the window, in batches; print what "
+        "was deleted. --dry-run prints what would be (under would_delete), and works beside "
+        "a running server.",
+    )
+    retention.add_argument(
+        "--older-than", help="e.g. 90d, 12h, 30m (default: THREADKEEPER_RETENTION_DAYS)"
+    )
+    retention.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    retention.add_argument(
+        "--batch", type=_positive, default=500, help="threads per batch (default: %(default)s)"
+    )
     retention.set_defaults(func=cmd_retention)
 
     export = commands.add_parser(
@@ -650,8 +1137,8 @@ def parser() -> argparse.ArgumentParser:
         "their threads with the messages as GET /v1/threads/{id}/messages serves them, their "
         "memory with provenance, their feedback. Works beside a running server.",
     )
-    export.add_argument("--tenant", required=True)
-    export.add_argument("--user", required=True)
+    export.add_argument("--tenant", required=True, type=_tenant_or_user_arg)
+    export.add_argument("--user", required=True, type=_tenant_or_user_arg)
     export.add_argument("--output", help="a file to write (default: standard output)")
     export.set_defaults(func=cmd_export)
 
@@ -661,12 +1148,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0), or a usage error (2): its line is printed
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return int(args.func(args))
     except ConfigError as exc:
-        print(f"threadkeeper: configuration error: {exc}", file=sys.stderr)
+        print(f"threadkeeper: configuration error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    except SystemExit as exc:  # _fail: the line is printed
+        return exc.code if isinstance(exc.code, int) else 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

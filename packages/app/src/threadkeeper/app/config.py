@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -165,19 +166,99 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise
 
 
+def _choices(field: str) -> tuple[str, ...] | None:
+    """The values a ``Literal`` setting allows (``None``: not such a setting)."""
+    import msgspec.inspect
+
+    for info in msgspec.inspect.type_info(Settings).fields:  # type: ignore[attr-defined]
+        if info.name == field and isinstance(info.type, msgspec.inspect.LiteralType):
+            return tuple(str(value) for value in info.type.values)
+    return None
+
+
 def _explain(message: str) -> str:
-    # msgspec says "Expected `int`, got `str` - at `$.token_budget`"; name the variable instead.
+    # msgspec says "Expected `int`, got `str` - at `$.token_budget`"; name the variable instead,
+    # and for a setting with a fixed set of values, the values.
     if "at `$." in message:
         head, _, where = message.partition(" - at `$.")
         field = where.split("`")[0].split(".")[0].split("[")[0]
-        return f"{_FIELDS.get(field, field)}: {head}"
+        variable = _FIELDS.get(field, field)
+        choices = _choices(field)
+        if choices is not None:
+            given = head.removeprefix("Invalid enum value ").strip()
+            return f"{variable} must be one of {', '.join(choices)}, not {given}"
+        return f"{variable}: {head}"
     return message
 
 
+# -- secrets ---------------------------------------------------------------------------------
+
+MASK = "***"
+_URL_FIELDS = ("postgres_url", "redis_url", "mysql_url")
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:@/\s]*):(?P<secret>[^\s/]*)@")
+"""``scheme://user:password@`` (the password may hold ``@``; the last one before the host ends
+it); ``scheme://:password@`` too (Redis)."""
+_SECRET_PARAMETER = re.compile(
+    r"(?P<head>\b(?:password|passwd|pwd|pass|sslpassword|secret|token|access_token|api_key|"
+    r"apikey|auth)\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^&#\s]*)",
+    re.IGNORECASE,
+)
+"""A credential as a URL query parameter (``?password=…``) or a libpq ``key=value`` DSN
+keyword (``password=…``)."""
+_MIN_FREE_TEXT_SECRET = 4
+"""Shorter secrets are masked where they stand in a URL, not wherever the characters occur."""
+
+
+def mask_url(url: str) -> str:
+    """``url`` with every credential in it replaced by ``***``: the password of its user
+    information and any ``password``/``token``-like query parameter or DSN keyword."""
+    masked = _USERINFO.sub(
+        lambda m: f"{m['head']}:{MASK}@" if m["secret"] else m[0],
+        url,
+    )
+    return _SECRET_PARAMETER.sub(
+        lambda m: f"{m['head']}{MASK}" if m["secret"] not in ("", "''") else m[0], masked
+    )
+
+
+def _url_secrets(url: str) -> set[str]:
+    from urllib.parse import unquote
+
+    found: set[str] = set()
+    for pattern in (_USERINFO, _SECRET_PARAMETER):
+        for match in pattern.finditer(url):
+            value = match["secret"].strip("'")
+            if value:
+                found.update({value, unquote(value)})
+    return found
+
+
+def secrets_of(settings: Settings) -> set[str]:
+    """Every credential the settings hold: URL passwords (as written and decoded), tokens."""
+    found: set[str] = set()
+    for name in _URL_FIELDS:
+        found.update(_url_secrets(getattr(settings, name)))
+    if settings.service_token:
+        found.add(settings.service_token)
+    found.update((settings.service_tokens or {}).keys())
+    return {s for s in found if s}
+
+
+def redact(text: str, secrets: set[str] | frozenset[str] = frozenset()) -> str:
+    """``text`` (an error, a log line) with credentials masked: those in any URL or DSN it
+    holds, and every one of ``secrets`` (``secrets_of``) wherever it occurs."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= _MIN_FREE_TEXT_SECRET:
+            text = text.replace(secret, MASK)
+    return mask_url(text)
+
+
 def describe(settings: Settings) -> str:
-    """The effective settings, secrets masked (for ``threadkeeper doctor``)."""
+    """The effective settings, credentials masked (for ``threadkeeper doctor``)."""
     shown = settings.as_config()
     for secret in ("service_token", "service_tokens"):
         if shown.get(secret):
-            shown[secret] = "***"
+            shown[secret] = MASK
+    for name in _URL_FIELDS:
+        shown[name] = mask_url(shown[name])
     return json.dumps({_FIELDS[k]: v for k, v in shown.items()}, indent=2, ensure_ascii=False)

@@ -26,14 +26,13 @@ from langgraph.store.base import BaseStore
 from threadkeeper.adapters.atomic import AtomicSaver
 from threadkeeper.adapters.checkpoint_retention import delete_store_prefix
 from threadkeeper.adapters.rounds import RoundStore, RoundWrite
-from threadkeeper.app.agent import PROMPT_VERSION, RunTrace, current_trace, load_memory
+from threadkeeper.app.agent import PROMPT_VERSION, RunTrace, current_trace
 from threadkeeper.app.memory import MemoryExtractor, RuleExtractor
 from threadkeeper.app.metrics import MEMORY_WRITE_FAILURES, count_refusals
 from threadkeeper.app.service import (
     MAX_MESSAGE_BYTES,
     Caller,
     DuplicateMessage,
-    MemoryEntry,
     MemoryView,
     MessageTooLong,
     RunEvent,
@@ -41,6 +40,16 @@ from threadkeeper.app.service import (
     RunRequest,
     Unavailable,
     run_failure,
+)
+from threadkeeper.app.stored import (
+    decode_summary,
+    encode_summary,
+    from_transcript,
+    load_memory,
+    memory_view,
+    stamp_of,
+    to_transcript,
+    transcript_page,
 )
 from threadkeeper.app.telemetry import record_failure, tracer
 from threadkeeper.domain.errors import DomainError, MessageTooLarge, RunTimeout, UnknownThread
@@ -68,12 +77,10 @@ from threadkeeper.domain.summary import Summary
 from threadkeeper.domain.threads import ThreadRef, ThreadScope
 from threadkeeper.domain.tokens import MESSAGE_FRAMING, REPLY_PRIMING, TokenCounter, message_text
 from threadkeeper.domain.transcript import (
-    Citation,
     Round,
     TranscriptArchive,
     TranscriptMessage,
     TranscriptPage,
-    page_messages,
 )
 
 RECENT_FOR_HANDOFF = 6
@@ -118,59 +125,6 @@ class ThreadRetention(Protocol):
 
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-def _meta(message: BaseMessage) -> dict[str, Any]:
-    value = message.response_metadata.get("threadkeeper")
-    return value if isinstance(value, dict) else {}
-
-
-def to_transcript(messages: Sequence[BaseMessage]) -> list[TranscriptMessage]:
-    """Human messages and AI messages with text, as ``GET /messages`` serves them."""
-    out: list[TranscriptMessage] = []
-    for message in messages:
-        text = message_text(message)
-        meta = _meta(message)
-        at = datetime.fromisoformat(meta["at"]) if "at" in meta else datetime.fromtimestamp(0, UTC)
-        if isinstance(message, HumanMessage):
-            out.append(TranscriptMessage(str(message.id), "human", text, at))
-        elif isinstance(message, AIMessage) and text.strip():
-            citations = tuple(
-                Citation(c["chunk_id"], c["doc_id"], c["title"]) for c in meta.get("citations", [])
-            )
-            status = meta.get("status")
-            out.append(
-                TranscriptMessage(
-                    str(message.id), "ai", text, at, citations, str(status) if status else None
-                )
-            )
-    return out
-
-
-def from_transcript(message: TranscriptMessage) -> BaseMessage:
-    """An archived message back as a chat message (cold start), ids and citations kept."""
-    meta: dict[str, Any] = {"at": message.created_at.isoformat(), "restored": True}
-    if message.role == "human":
-        return HumanMessage(
-            message.content, id=message.id, response_metadata={"threadkeeper": meta}
-        )
-    meta["citations"] = [msgspec.structs.asdict(c) for c in message.citations]
-    if message.status:
-        meta["status"] = message.status  # the escalation rule counts clarifications by it
-    return AIMessage(message.content, id=message.id, response_metadata={"threadkeeper": meta})
-
-
-def encode_summary(value: Any) -> str | None:
-    summary = Summary.from_state(value)
-    return None if summary is None else msgspec.json.encode(summary.to_state()).decode()
-
-
-def decode_summary(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    state = msgspec.json.decode(text)
-    summary = Summary.from_state(state) if isinstance(state, dict) else None
-    return None if summary is None else summary.to_state()
 
 
 @dataclass
@@ -592,7 +546,7 @@ class RunService:
         )
         if answer is None:
             raise RuntimeError("the agent ended without an answer")
-        meta = _meta(answer)
+        meta = stamp_of(answer)
         status = meta.get("status", "answered")
         usage = self._usage(human, produced, trace)
         body: dict[str, Any] = {
@@ -725,16 +679,12 @@ class RunService:
         self, caller: Caller, thread_id: str, *, limit: int, before: str | None
     ) -> TranscriptPage:
         ref = self._ref(caller, thread_id)
-        if self.archive is not None:
-            try:
-                return await self.archive.page(ref.key, limit=limit, before=before)
-            except UnknownThread:
-                raise UnknownThread(thread_id) from None  # the caller's id, not the storage key
-        state = await self.agent.aget_state(self._config(ref, caller))
-        messages = (state.values or {}).get("messages")
-        if not messages:
-            raise UnknownThread(thread_id)
-        return page_messages(to_transcript(messages), limit=limit, before=before)
+        try:
+            return await transcript_page(
+                self.saver, self.archive, ref.key, limit=limit, before=before
+            )
+        except UnknownThread:
+            raise UnknownThread(thread_id) from None  # the caller's id, not the storage key
 
     async def delete_thread(self, caller: Caller, thread_id: str) -> None:
         await self.retention.delete_thread(self._ref(caller, thread_id).key)
@@ -756,16 +706,7 @@ class RunService:
         )
 
     async def memory(self, caller: Caller) -> MemoryView:
-        items = await load_memory(self.backend.store, caller.tenant_id, caller.user_id)
-
-        def entries(kind: MemoryKind) -> list[MemoryEntry]:
-            return [
-                MemoryEntry(m["key"], m["value"], dict(m["source"]))
-                for m in items
-                if m["kind"] == kind.value
-            ]
-
-        return MemoryView(profile=entries(MemoryKind.PROFILE), facts=entries(MemoryKind.FACTS))
+        return await memory_view(self.backend.store, caller.tenant_id, caller.user_id)
 
     async def reset_memory(self, caller: Caller) -> int:
         """Delete the user's memory, and what their run records hold of it (the memory block

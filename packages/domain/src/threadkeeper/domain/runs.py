@@ -16,6 +16,7 @@ from typing import Any, Literal
 import msgspec
 
 from threadkeeper.domain.errors import DomainError
+from threadkeeper.domain.prompt import DOCUMENTS_OPEN, DOCUMENTS_REF, MEMORY_CLOSE, MEMORY_OPEN
 
 RunStatus = Literal["answered", "clarifying", "escalate"]
 
@@ -46,12 +47,6 @@ def content_digest(content: str) -> str:
     return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
-MEMORY_OPEN = "\n\n<memory>\n"
-MEMORY_CLOSE = "\n</memory>"
-DOCUMENTS_OPEN = "\n\n<documents"
-"""Starts the retrieved documents' block (``<documents>`` as sent, ``DOCUMENTS_REF`` as
-stored): always the last block of the system prompt, its text escaped."""
-DOCUMENTS_REF = '\n\n<documents ref="chunk_ids"/>'
 FORGOTTEN = "[forgotten: the user reset their memory]"
 
 

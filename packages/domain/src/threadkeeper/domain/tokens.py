@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.resources
+import importlib.util
 import json
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -120,7 +121,13 @@ class VocabularyError(RuntimeError):
 
 
 def _packaged_ranks(encoding: str, expected_sha256: str) -> dict[bytes, int]:
-    resource = importlib.resources.files("bpe_openai") / "data" / f"{encoding}.tiktoken.gz"
+    # the wheel's data file, found without importing the package (which loads three
+    # vocabularies of its own: most of a command's start-up)
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or not spec.submodule_search_locations:  # pragma: no cover
+        raise VocabularyError("bpe-openai is not installed")
+    package = Path(next(iter(spec.submodule_search_locations)))
+    resource = package / "data" / f"{encoding}.tiktoken.gz"
     try:
         raw = gzip.decompress(resource.read_bytes())
     except FileNotFoundError as exc:  # pragma: no cover - depends on the installed wheel

@@ -10,6 +10,8 @@ See ``docs/knowledge-base.md``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from threadkeeper.adapters.knowledge.base import (
     DEFAULT_MIN_SCORE,
     DEFAULT_TENANT,
@@ -20,8 +22,23 @@ from threadkeeper.adapters.knowledge.base import (
     KnowledgeBaseError,
     ScoredChunk,
 )
-from threadkeeper.adapters.knowledge.retriever import FaqRetriever, fetch_faq_document_tool
 from threadkeeper.adapters.knowledge.tokenizer import normalize, tokenize
+
+if TYPE_CHECKING:
+    from threadkeeper.adapters.knowledge.retriever import FaqRetriever, fetch_faq_document_tool
+
+_LAZY = {"FaqRetriever", "fetch_faq_document_tool"}
+"""Imported when first used: the retriever pulls in LangChain's retriever and tool machinery
+(and langsmith), which a command reading the documents alone (``replay``) does not need."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from threadkeeper.adapters.knowledge import retriever
+
+        return getattr(retriever, name)
+    raise AttributeError(name)
+
 
 __all__ = [
     "DEFAULT_MIN_SCORE",

@@ -149,5 +149,9 @@ def name_server_span(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRout
 
 
 def create_http_app(service: ThreadService, settings: HttpSettings) -> Litestar:
-    """The HTTP API over ``service`` (see DESIGN "HTTP contract" and docs/api.md)."""
-    return Litestar(plugins=[ThreadkeeperHttpPlugin(service, settings)])
+    """The HTTP API over ``service`` (see DESIGN "HTTP contract" and docs/api.md).
+
+    The app does not configure logging (Litestar's default would install its own handler and
+    format on the root logger): the process does — ``threadkeeper serve`` sends every logger
+    through one handler in one format (``threadkeeper.app.cli.serve_logging``)."""
+    return Litestar(plugins=[ThreadkeeperHttpPlugin(service, settings)], logging_config=None)

@@ -4,11 +4,13 @@ scheme. What the schema says is what schemathesis will hold the API to."""
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin, YamlRenderPlugin
 from litestar.openapi.spec import (
     Components,
     OpenAPIHeader,
@@ -30,6 +32,7 @@ from threadkeeper.app.http.schemas import Problem
 
 if TYPE_CHECKING:
     from litestar._openapi.schema_generation import SchemaCreator
+    from litestar.connection import Request
     from litestar.typing import FieldDefinition
 
 PROBLEM_DESCRIPTIONS = {
@@ -231,11 +234,142 @@ class ClosedStructSchemaPlugin(OpenAPISchemaPlugin):
         return schema
 
 
+_DOCS_STYLE = """<style>
+body { font: 15px/1.45 system-ui, sans-serif; max-width: 60rem; margin: 2rem auto;
+  padding: 0 1rem; color: #1b1b1b }
+code, pre { font: 13px/1.4 ui-monospace, monospace }
+pre { white-space: pre-wrap; margin: .3rem 0 }
+h2 { border-bottom: 1px solid #ccc; margin-top: 2.5rem }
+h3 { margin: 1.8rem 0 .3rem }
+table { border-collapse: collapse; margin: .4rem 0 } td, th { border: 1px solid #ddd;
+  padding: .2rem .5rem; text-align: left; vertical-align: top }
+.method { font-weight: bold; text-transform: uppercase }
+</style>"""
+
+_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
+
+
+def _escape(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _schema_text(schema: Any) -> str:
+    """A schema in a few words: its reference, type, pattern, enum, bounds."""
+    if not isinstance(schema, dict):
+        return ""
+    if "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        return f'<a href="#schema-{_escape(name)}">{_escape(name)}</a>'
+    if "oneOf" in schema or "anyOf" in schema:
+        return " | ".join(_schema_text(s) for s in schema.get("oneOf") or schema["anyOf"])
+    parts = [_escape(schema.get("type", ""))]
+    if schema.get("type") == "array":
+        parts = [f"array of {_schema_text(schema.get('items'))}"]
+    for key in ("const", "enum", "pattern", "minimum", "maximum", "minLength", "maxLength"):
+        if key in schema:
+            parts.append(f"{key} <code>{_escape(schema[key])}</code>")
+    return ", ".join(p for p in parts if p)
+
+
+class DocumentationPagePlugin(OpenAPIRenderPlugin):
+    """``/schema``: the OpenAPI document as one plain HTML page, rendered on the server from the
+    document itself — no script, stylesheet, font or icon from anywhere else, so it works
+    offline (Litestar's Redoc, Swagger, Scalar, RapiDoc and Elements pages load theirs from
+    CDNs). ``/schema/openapi.json`` and ``.yaml`` are the machine-readable document."""
+
+    def __init__(self) -> None:
+        super().__init__(path="/", favicon="", style=_DOCS_STYLE)
+
+    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
+        info = openapi_schema.get("info", {})
+        title = _escape(info.get("title", "API"))
+        out = [
+            f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>",
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+            self.style,
+            "</head><body>",
+            f"<h1>{title} <small>{_escape(info.get('version', ''))}</small></h1>",
+            "<p>The OpenAPI document: <a href='openapi.json'>openapi.json</a>, "
+            "<a href='openapi.yaml'>openapi.yaml</a>.</p>",
+            "<h2>Operations</h2>",
+        ]
+        for path, item in openapi_schema.get("paths", {}).items():
+            for method in _METHODS:
+                if method in item:
+                    out.extend(self._operation(method, path, item[method]))
+        out.append("<h2>Schemas</h2>")
+        for name, schema in openapi_schema.get("components", {}).get("schemas", {}).items():
+            out.extend(self._schema(name, schema))
+        out.append("</body></html>")
+        return "\n".join(out).encode("utf-8")
+
+    @staticmethod
+    def _operation(method: str, path: str, operation: dict[str, Any]) -> list[str]:
+        verb, where = _escape(method.upper()), _escape(path)
+        out = [
+            f"<h3><span class='method'>{verb}</span> <code>{where}</code> "
+            f"— {_escape(operation.get('summary', ''))}</h3>"
+        ]
+        if operation.get("description"):
+            out.append(f"<pre>{_escape(operation['description'])}</pre>")
+        parameters = operation.get("parameters") or []
+        if parameters:
+            out.append("<table><tr><th>parameter</th><th>in</th><th>schema</th><th></th></tr>")
+            for parameter in parameters:
+                required = " (required)" if parameter.get("required") else ""
+                out.append(
+                    f"<tr><td><code>{_escape(parameter.get('name', ''))}</code>{required}</td>"
+                    f"<td>{_escape(parameter.get('in', ''))}</td>"
+                    f"<td>{_schema_text(parameter.get('schema'))}</td>"
+                    f"<td>{_escape(parameter.get('description', ''))}</td></tr>"
+                )
+            out.append("</table>")
+        body = operation.get("requestBody")
+        if body:
+            for media, content in body.get("content", {}).items():
+                out.append(
+                    f"<p>Body <code>{_escape(media)}</code>: "
+                    f"{_schema_text(content.get('schema'))}</p>"
+                )
+        out.append("<table><tr><th>status</th><th>response</th><th>media types</th></tr>")
+        for status, response in (operation.get("responses") or {}).items():
+            media = ", ".join(
+                f"<code>{_escape(m)}</code> {_schema_text(c.get('schema'))}"
+                for m, c in (response.get("content") or {}).items()
+            )
+            out.append(
+                f"<tr><td>{_escape(status)}</td><td>{_escape(response.get('description', ''))}"
+                f"</td><td>{media}</td></tr>"
+            )
+        out.append("</table>")
+        return out
+
+    @staticmethod
+    def _schema(name: str, schema: dict[str, Any]) -> list[str]:
+        out = [f"<h3 id='schema-{_escape(name)}'><code>{_escape(name)}</code></h3>"]
+        if schema.get("description"):
+            out.append(f"<pre>{_escape(schema['description'])}</pre>")
+        properties = schema.get("properties") or {}
+        required = set(schema.get("required") or [])
+        if properties:
+            out.append("<table><tr><th>field</th><th>schema</th><th></th></tr>")
+            for field, value in properties.items():
+                mark = " (required)" if field in required else ""
+                about = value.get("description", "") if isinstance(value, dict) else ""
+                out.append(
+                    f"<tr><td><code>{_escape(field)}</code>{mark}</td>"
+                    f"<td>{_schema_text(value)}</td><td>{_escape(about)}</td></tr>"
+                )
+            out.append("</table>")
+        return out
+
+
 def openapi_config(title: str, version: str, *, bearer: bool) -> OpenAPIConfig:
     return OpenAPIConfig(
         title=title,
         version=version,
         path="/schema",
+        render_plugins=[DocumentationPagePlugin(), JsonRenderPlugin(), YamlRenderPlugin()],
         create_examples=False,
         use_handler_docstrings=True,
         components=Components(

@@ -16,7 +16,12 @@ import msgspec
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsException
 
-from threadkeeper.app.http.schemas import LOCALE_HEADER, TENANT_HEADER, USER_HEADER
+from threadkeeper.app.http.schemas import (
+    LOCALE_HEADER,
+    NOT_BLANK_PATTERN,
+    TENANT_HEADER,
+    USER_HEADER,
+)
 from threadkeeper.app.service import (
     ERROR_STATUS,
     DuplicateMessage,
@@ -185,6 +190,9 @@ def validation_errors(exc: ValidationException) -> list[dict[str, str]]:
 
 _AT_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _FIELD = re.compile(r"field `([^`]+)`")
+_BLANK = f"Expected `str` matching regex {NOT_BLANK_PATTERN!r}"
+"""msgspec's words for a blank ``content``: the pattern is for JSON Schema (OpenAPI), not for
+the person reading the error."""
 
 
 def body_errors(exc: msgspec.ValidationError) -> list[dict[str, str]]:
@@ -195,6 +203,8 @@ def body_errors(exc: msgspec.ValidationError) -> list[dict[str, str]]:
     key = key.removeprefix(".")
     if field := _FIELD.search(message):
         key = f"{key}.{field[1]}" if key else field[1]
+    if message == _BLANK:
+        message = f"{key.rsplit('.', 1)[-1] or 'the value'} must not be blank"
     entry = {"message": message, "source": "body"}
     if key:
         entry["key"] = key

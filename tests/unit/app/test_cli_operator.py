@@ -1,0 +1,319 @@
+"""What an operator sees, where the rule is pure: credentials masked, one-line errors with
+exit status 2, defaults in ``--help``, one log format without library chatter, a schema page
+with nothing from elsewhere, a blank message said in words; commands that build only what they
+use; the CLI's read paths equal to the service's."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from tests.support.fake_service import FakeThreadService
+from threadkeeper.app import cli
+from threadkeeper.app.config import (
+    ConfigError,
+    Settings,
+    describe,
+    load_settings,
+    mask_url,
+    redact,
+    secrets_of,
+)
+from threadkeeper.app.http import HttpSettings, create_http_app
+from threadkeeper.app.http.schemas import NOT_BLANK_PATTERN
+from threadkeeper.domain.threads import TENANT_OR_USER_ID, THREAD_ID
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    for name in ("THREADKEEPER_CONFIG", "THREADKEEPER_PROFILE", "THREADKEEPER_TOKENIZER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("THREADKEEPER_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """Run the command: exit status 2, nothing on stdout, one line on stderr (no traceback)."""
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err.strip()
+
+
+# -- credentials ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("redis://:secret@cache:6380/0", "redis://:***@cache:6380/0"),
+        ("redis://default:secret@cache:6380/0", "redis://default:***@cache:6380/0"),
+        ("postgresql://u:pw@pg/tk", "postgresql://u:***@pg/tk"),
+        ("mysql+asyncmy://app:hunter2@db:3306/tk", "mysql+asyncmy://app:***@db:3306/tk"),
+        ("mysql+asyncmy://app:p@ss@db/tk", "mysql+asyncmy://app:***@db/tk"),
+        ("mysql+asyncmy://app@db/tk?password=hunter2", "mysql+asyncmy://app@db/tk?password=***"),
+        (
+            "postgresql://u@pg/tk?options=-csearch_path%3Dx&sslpassword=k3y&x=1",
+            "postgresql://u@pg/tk?options=-csearch_path%3Dx&sslpassword=***&x=1",
+        ),
+        ("host=pg user=u password=s3cret dbname=tk", "host=pg user=u password=*** dbname=tk"),
+        ("postgresql://postgres@127.0.0.1:5432/test", "postgresql://postgres@127.0.0.1:5432/test"),
+        ("redis://cache:6380/0", "redis://cache:6380/0"),
+    ],
+)
+def test_every_credential_of_a_url_is_masked(url: str, masked: str) -> None:
+    assert mask_url(url) == masked
+
+
+def test_describe_masks_every_url_and_token() -> None:
+    settings = Settings(
+        profile="redis-mysql",
+        service_token="tok-en-value",
+        service_tokens={"other-token-value": ["acme"]},
+        postgres_url="postgresql://u:pg-secret@pg/tk?sslpassword=ssl-secret",
+        redis_url="redis://:redis-secret@cache:6380/0",
+        mysql_url="mysql+asyncmy://app:my-secret@db/tk?password=query-secret",
+    )
+    shown = describe(settings)
+    for secret in secrets_of(settings):
+        assert secret not in shown
+    values = json.loads(shown)
+    assert values["THREADKEEPER_REDIS_URL"] == "redis://:***@cache:6380/0"
+    assert values["THREADKEEPER_MYSQL_URL"] == "mysql+asyncmy://app:***@db/tk?password=***"
+    assert values["THREADKEEPER_POSTGRES_URL"] == "postgresql://u:***@pg/tk?sslpassword=***"
+    assert values["THREADKEEPER_SERVICE_TOKEN"] == "***"
+
+
+def test_redact_masks_the_settings_secrets_anywhere_in_a_text() -> None:
+    settings = Settings(mysql_url="mysql+asyncmy://app:p%40ss-word@db/tk")
+    assert secrets_of(settings) >= {"p%40ss-word", "p@ss-word"}
+    text = "Access denied for 'app' using password p@ss-word; url mysql+asyncmy://app:x@db/tk"
+    assert redact(text, secrets_of(settings)) == (
+        "Access denied for 'app' using password ***; url mysql+asyncmy://app:***@db/tk"
+    )
+
+
+def test_serve_logs_in_one_format_with_credentials_masked_and_libraries_quiet(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = Settings(postgres_url="postgresql://u:log-secret@pg/tk")
+    with cli.serve_logging("info", settings):
+        logging.getLogger("bm25s").setLevel(logging.DEBUG)  # as bm25s does on import
+        logging.getLogger("bm25s").debug("Building index from IDs objects")
+        logging.getLogger("httpx").info('HTTP Request: POST http://x/v1 "HTTP/1.1 200 OK"')
+        logging.getLogger("uvicorn.error").info("Started server process [1]")
+        try:
+            raise RuntimeError("cannot connect to postgresql://u:log-secret@pg/tk")
+        except RuntimeError:
+            logging.getLogger("threadkeeper.app.runs").exception("a run failed")
+        logging.getLogger("httpx").warning("a library's warning")
+    err = capsys.readouterr().err
+    assert "log-secret" not in err
+    assert "postgresql://u:***@pg/tk" in err
+    assert "bm25s" not in err
+    assert "HTTP Request" not in err
+    heads = [line for line in err.splitlines() if re.match(r"^\d{4}-\d\d-\d\d ", line)]
+    assert [line.split(" ", 3)[2:] for line in heads] == [
+        ["INFO", "uvicorn: Started server process [1]"],
+        ["ERROR", "threadkeeper.app.runs: a run failed"],
+        ["WARNING", "httpx: a library's warning"],
+    ]
+    with cli.serve_logging("debug", settings):
+        logging.getLogger("bm25s").debug("Building index from IDs objects")
+    assert "bm25s: Building index" in capsys.readouterr().err, "--log-level debug shows them"
+    assert not any(isinstance(h.formatter, cli.LogFormatter) for h in logging.getLogger().handlers)
+
+
+# -- one line, exit status 2 ---------------------------------------------------------------
+
+
+def test_an_unknown_profile_lists_the_choices(
+    environment: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("THREADKEEPER_PROFILE", "postgress")
+    with pytest.raises(ConfigError, match="must be one of embedded, postgres, redis-mysql"):
+        load_settings()
+    line = one_line_error(capsys, "doctor")
+    assert line == (
+        "threadkeeper: configuration error: THREADKEEPER_PROFILE must be one of embedded, "
+        "postgres, redis-mysql, not 'postgress'"
+    )
+
+
+def test_export_into_a_missing_folder_is_one_line(
+    environment: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = environment / "no-such-folder" / "export.json"
+    line = one_line_error(capsys, "export", "--tenant", "t", "--user", "u", "--output", str(target))
+    assert line == f"threadkeeper: --output: the folder {target.parent} does not exist"
+    assert not (environment / "data").exists(), "refused before opening anything"
+
+
+def test_an_unknown_counter_names_the_option(
+    environment: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = one_line_error(capsys, "tokens", "--counter", "nope")
+    assert "argument --counter: must be one of o200k_base, cl100k_base, estimate" in line
+    assert "THREADKEEPER_TOKENIZER" not in line
+    line = one_line_error(capsys, "tokens", "--counter", str(environment / "missing.json"))
+    assert f"argument --counter: {environment / 'missing.json'} is not a file" in line
+
+
+def test_a_tokenizer_json_that_does_not_load_is_one_line(
+    environment: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = environment / "tokenizer.json"
+    broken.write_text("{not json", encoding="utf-8")
+    line = one_line_error(capsys, "tokens", "--counter", str(broken))
+    assert line.startswith(f"threadkeeper: --counter: cannot load {broken}: ")
+
+
+def test_the_clis_id_rules_are_the_domains() -> None:
+    assert f"^{cli.TENANT_OR_USER}$" == TENANT_OR_USER_ID.pattern
+    assert f"^{cli.THREAD}$" == THREAD_ID.pattern
+
+
+@pytest.mark.parametrize("command", ["replay", "chat"])
+def test_help_shows_the_defaults(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: demo)" in text
+    assert "(default: demo-user)" in text
+    if command == "chat":
+        assert "(default: http://127.0.0.1:8000)" in text
+        assert "THREADKEEPER_SERVICE_TOKEN" in text
+        assert "Ctrl-C stops the answer being streamed" in text
+
+
+# -- commands build only what they use -----------------------------------------------------
+
+HEAVY = (
+    "langchain.agents",
+    "threadkeeper.app.agent",
+    "threadkeeper.app.container",
+    "threadkeeper.app.builtin_model",
+    "threadkeeper.app.runs",
+    "threadkeeper.hooks",
+    "uvicorn",
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "--tenant", "acme-insurance", "--user", "nobody"],
+        ["doctor"],
+        ["replay", "--thread", "t-1", "--run", "0b0e4b7c-8f0a-4a53-9d55-1f3a5b0c2e11"],
+        ["retention", "--older-than", "90d", "--dry-run"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_a_read_command_builds_no_model_hooks_or_agent(argv: list[str], tmp_path: Path) -> None:
+    """What a command imports is most of its start-up (benchmarks/test_bench_cli.py)."""
+    program = (
+        "import json, sys\n"
+        "from threadkeeper.app import cli\n"
+        f"code = cli.main({argv!r})\n"
+        f"print(json.dumps([code, sorted(m for m in sys.modules if m.startswith({HEAVY!r}))]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THREADKEEPER_")}
+    env["THREADKEEPER_DATA_DIR"] = str(tmp_path / "data")
+    env["THREADKEEPER_TOKENIZER"] = "estimate"
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120
+    )
+    code, imported = json.loads(done.stdout.strip().splitlines()[-1])
+    assert code in (0, 1), done.stderr  # 1: replay finds no such run
+    assert imported == [], f"{argv[0]} imported {imported}"
+
+
+# -- HTTP: the schema page and a blank message ---------------------------------------------
+
+
+@pytest.fixture
+def http() -> Any:
+    app = create_http_app(FakeThreadService(), HttpSettings(require_token=False))
+    with TestClient(app) as client:
+        yield client
+
+
+def test_the_schema_page_loads_nothing_from_elsewhere(http: Any) -> None:
+    page = http.get("/schema")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    text = page.text
+    assert "POST</span> <code>/v1/threads/{thread_id}/runs</code>" in text
+    assert "id='schema-RunBody'" in text
+    assert not re.search(r"(src|href)\s*=\s*['\"]?(https?:)?//", text), "an asset from elsewhere"
+    assert "@import" not in text
+    assert "url(" not in text
+    assert "<script" not in text
+    for path in ("/schema/openapi.json", "/schema/openapi.yaml", "/schema/openapi.yml"):
+        assert http.get(path).status_code == 200, path
+    for cdn_page in ("/schema/redoc", "/schema/swagger", "/schema/elements"):
+        assert http.get(cdn_page).status_code == 404, cdn_page
+
+
+def test_blank_content_is_said_in_words_and_the_pattern_stays_in_openapi(http: Any) -> None:
+    headers = {"X-Tenant-Id": "acme", "X-User-Id": "u1", "Accept": "application/json"}
+    for blank in ("", "   ", "\n\t", "\u3000"):
+        response = http.post(
+            "/v1/threads/t1/runs", json={"message": {"content": blank}}, headers=headers
+        )
+        assert response.status_code == 422, blank
+        assert response.json()["errors"] == [
+            {"message": "content must not be blank", "key": "message.content", "source": "body"}
+        ]
+    document = http.get("/schema/openapi.json").json()
+    content = document["components"]["schemas"]["RunMessageBody"]["properties"]["content"]
+    assert content["pattern"] == NOT_BLANK_PATTERN
+
+
+# -- the chat client's messages ------------------------------------------------------------
+
+
+def test_chat_says_which_variable_to_set_on_a_401(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = cli.parser().parse_args(["chat"])
+    monkeypatch.delenv("THREADKEEPER_SERVICE_TOKEN", raising=False)
+    message, fatal = cli._refusal(401, {"detail": "No token"}, args)
+    assert fatal
+    assert "set THREADKEEPER_SERVICE_TOKEN" in message
+    monkeypatch.setenv("THREADKEEPER_SERVICE_TOKEN", "wrong")
+    message, fatal = cli._refusal(401, {"detail": "Unknown token"}, args)
+    assert "refused the token in THREADKEEPER_SERVICE_TOKEN" in message
+
+
+def test_chat_shows_the_offending_field_of_a_422() -> None:
+    args = cli.parser().parse_args(["chat", "--tenant", "a b"])
+    header = {"message": "Expected `str` matching regex", "key": "X-Tenant-Id", "source": "header"}
+    message, fatal = cli._refusal(422, {"errors": [header]}, args)
+    assert message.startswith("[422] X-Tenant-Id (header, set by --tenant): Expected")
+    assert fatal, "every message would be refused the same way"
+    blank = {"message": "content must not be blank", "key": "message.content", "source": "body"}
+    message, fatal = cli._refusal(422, {"errors": [blank]}, args)
+    assert message == "[422] message.content (body): content must not be blank"
+    assert not fatal
+
+
+def test_the_stderr_stream_follows_sys_stderr() -> None:
+    stream = cli._Stderr()
+    replaced = io.StringIO()
+    original, sys.stderr = sys.stderr, replaced
+    try:
+        stream.write("x")
+    finally:
+        sys.stderr = original
+    assert replaced.getvalue() == "x"
