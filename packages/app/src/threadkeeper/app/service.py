@@ -1,14 +1,14 @@
 """What the HTTP layer and the CLI call: the ``ThreadService`` interface and its vocabulary.
 
 The HTTP layer only translates: headers and paths into a ``Caller`` and arguments, results
-into bodies, domain errors into statuses (see ``ERROR_STATUS``). Everything else — locks,
+into bodies, domain errors into problems (see ``PROBLEMS``). Everything else — locks,
 atomic runs, storage — happens behind this interface.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import msgspec
 
@@ -76,24 +76,72 @@ class Unavailable(DomainError):
     """A storage backend cannot be reached (HTTP 503)."""
 
 
-ERROR_STATUS: dict[type[DomainError], int] = {
-    ThreadBusy: 409,
-    DuplicateMessage: 409,
-    IdempotencyMismatch: 409,
-    ClaimLost: 409,
-    RunTimeout: 504,
-    CommitInDoubt: 503,
-    ModelUnavailable: 502,
-    MessageTooLarge: 413,
-    MessageTooLong: 413,
-    ContextOverflow: 413,
-    UnknownThread: 404,
-    UnknownMessage: 404,
-    UnknownRun: 404,
-    Unavailable: 503,
-    AtCapacity: 503,
-    RunFailed: 500,
+class ProblemSpec(NamedTuple):
+    """How a domain error is answered: its status and RFC 9457 problem type."""
+
+    status: int
+    slug: str
+    """The problem type is ``urn:threadkeeper:problem:<slug>``."""
+    title: str
+    detail: str | None = None
+    """``None``: the exception's own message (which never names a storage key)."""
+
+
+PROBLEMS: dict[type[DomainError], ProblemSpec] = {
+    ThreadBusy: ProblemSpec(409, "thread-busy", "Thread busy"),
+    DuplicateMessage: ProblemSpec(409, "duplicate-message", "Duplicate message"),
+    IdempotencyMismatch: ProblemSpec(409, "idempotency-mismatch", "Idempotency key reused"),
+    ClaimLost: ProblemSpec(
+        409,
+        "claim-lost",
+        "Run lost its claim on the thread",
+        "The run lost its hold on the thread before it could store its round (its lock was "
+        "lost, or the user was erased); nothing was stored.",
+    ),
+    MessageTooLarge: ProblemSpec(413, "message-too-large", "Message too large"),
+    MessageTooLong: ProblemSpec(413, "message-too-large", "Message too large"),
+    ContextOverflow: ProblemSpec(413, "context-overflow", "Context overflow"),
+    UnknownThread: ProblemSpec(404, "unknown-thread", "Unknown thread", "No such thread."),
+    UnknownMessage: ProblemSpec(
+        404, "unknown-message", "Unknown message", "No such message in this thread."
+    ),
+    UnknownRun: ProblemSpec(404, "unknown-run", "Unknown run", "No such run in this thread."),
+    RunFailed: ProblemSpec(
+        500, "run-failed", "Run failed", "The run did not complete; the thread is unchanged."
+    ),
+    ModelUnavailable: ProblemSpec(
+        502,
+        "model-unavailable",
+        "Model unavailable",
+        "The model did not answer (after its retries and fallback); the thread is unchanged.",
+    ),
+    Unavailable: ProblemSpec(
+        503, "unavailable", "Service unavailable", "A storage backend is unavailable."
+    ),
+    AtCapacity: ProblemSpec(
+        503, "at-capacity", "At capacity", "Too many runs in flight on this replica."
+    ),
+    CommitInDoubt: ProblemSpec(
+        503,
+        "commit-in-doubt",
+        "Outcome unknown",
+        "The store became unreachable while the round was being committed: it may or may not "
+        "be stored. Retry with the same run_id to get the stored answer, or a new run.",
+    ),
+    RunTimeout: ProblemSpec(
+        504,
+        "run-timeout",
+        "Run timed out",
+        "The run did not finish within THREADKEEPER_RUN_TIMEOUT_SECONDS; the thread is "
+        "unchanged.",
+    ),
 }
+"""Every domain error the API answers with, one line each (the HTTP layer reads it)."""
+
+
+def problem_spec(exc: DomainError) -> ProblemSpec | None:
+    """The entry of ``exc``'s class, or of its nearest listed base class."""
+    return next((PROBLEMS[cls] for cls in type(exc).__mro__ if cls in PROBLEMS), None)
 
 
 def storage_unreachable(exc: BaseException) -> bool:

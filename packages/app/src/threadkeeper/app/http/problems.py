@@ -1,6 +1,6 @@
 """Errors as RFC 9457 problem details: every status the API returns is ``application/problem+json``.
 
-Domain errors map through ``ERROR_STATUS``; Litestar's validation errors become 422 with an
+Domain errors map through ``service.PROBLEMS``; Litestar's validation errors become 422 with an
 ``errors`` list (a body that is not JSON at all stays 400); anything unexpected is a 500 that
 names nothing internal.
 """
@@ -23,69 +23,23 @@ from threadkeeper.app.http.schemas import (
     USER_HEADER,
 )
 from threadkeeper.app.service import (
-    ERROR_STATUS,
     DuplicateMessage,
-    RunFailed,
     Unavailable,
+    problem_spec,
     storage_unreachable,
 )
 from threadkeeper.domain.errors import (
     AtCapacity,
-    ClaimLost,
     CommitInDoubt,
-    ContextOverflow,
     DomainError,
-    MessageTooLarge,
-    ModelUnavailable,
-    RunTimeout,
     ThreadBusy,
-    UnknownMessage,
-    UnknownThread,
 )
-from threadkeeper.domain.runs import IdempotencyMismatch, UnknownRun
+from threadkeeper.domain.runs import IdempotencyMismatch
 
 log = logging.getLogger("threadkeeper.app.http")
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:threadkeeper:problem:"
-
-# type slug, title, detail (None: the exception's own message, which names no storage key)
-_DOMAIN: dict[type[DomainError], tuple[str, str, str | None]] = {
-    ThreadBusy: ("thread-busy", "Thread busy", None),
-    DuplicateMessage: ("duplicate-message", "Duplicate message", None),
-    IdempotencyMismatch: ("idempotency-mismatch", "Idempotency key reused", None),
-    ClaimLost: (
-        "claim-lost",
-        "Run lost its claim on the thread",
-        "The run lost its hold on the thread before it could store its round (its lock was "
-        "lost, or the user was erased); nothing was stored.",
-    ),
-    ModelUnavailable: (
-        "model-unavailable",
-        "Model unavailable",
-        "The model did not answer (after its retries and fallback); the thread is unchanged.",
-    ),
-    RunTimeout: (
-        "run-timeout",
-        "Run timed out",
-        "The run did not finish within THREADKEEPER_RUN_TIMEOUT_SECONDS; the thread is unchanged.",
-    ),
-    CommitInDoubt: (
-        "commit-in-doubt",
-        "Outcome unknown",
-        "The store became unreachable while the round was being committed: it may or may not "
-        "be stored. Retry with the same run_id to get the stored answer, or a new run.",
-    ),
-    MessageTooLarge: ("message-too-large", "Message too large", None),
-    ContextOverflow: ("context-overflow", "Context overflow", None),
-    UnknownThread: ("unknown-thread", "Unknown thread", "No such thread."),
-    UnknownMessage: ("unknown-message", "Unknown message", "No such message in this thread."),
-    UnknownRun: ("unknown-run", "Unknown run", "No such run in this thread."),
-    Unavailable: ("unavailable", "Service unavailable", "A storage backend is unavailable."),
-    AtCapacity: ("at-capacity", "At capacity", "Too many runs in flight on this replica."),
-    RunFailed: ("run-failed", "Run failed", "The run did not complete; the thread is unchanged."),
-}
-
 
 def problem_type(slug: str) -> str:
     return TYPE_PREFIX + slug
@@ -112,20 +66,12 @@ def http_problem(
     )
 
 
-def domain_status(exc: DomainError) -> int:
-    for cls in type(exc).__mro__:
-        if cls in ERROR_STATUS:
-            return ERROR_STATUS[cls]
-    return 500
-
-
 def domain_problem(exc: DomainError) -> ProblemDetailsException:
     """The problem a domain error answers with (also the body of an SSE ``error`` event)."""
-    status = domain_status(exc)
-    known = next((_DOMAIN[cls] for cls in type(exc).__mro__ if cls in _DOMAIN), None)
-    if known is None or (status >= 500 and known[2] is None):
+    spec = problem_spec(exc)
+    if spec is None or (spec.status >= 500 and spec.detail is None):
         return unexpected_problem(exc)
-    slug, title, detail = known
+    status, slug, title, detail = spec
     extensions: dict[str, Any] = {}
     headers = None
     if isinstance(exc, ThreadBusy):
