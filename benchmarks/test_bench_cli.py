@@ -46,19 +46,14 @@ QUESTIONS = (
 BUILD_EVERYTHING = """
 import asyncio
 from dependency_injector import providers
-from threadkeeper.adapters.embedded import open_embedded
 from threadkeeper.app.config import load_settings
 from threadkeeper.app.container import make_container
+from threadkeeper.app.storage import backend_resource
 
 async def main():
     settings = load_settings()
     container = make_container(settings)
-
-    async def backend(data_dir):
-        async with open_embedded(data_dir, exclusive=False) as opened:
-            yield opened
-
-    container.backend.override(providers.Resource(backend, settings.data_dir))
+    container.backend.override(providers.Resource(backend_resource, settings, exclusive=False))
     try:
         await container.service()
         container.knowledge()
@@ -76,7 +71,7 @@ def stored() -> Iterator[tuple[Path, str]]:
     """A data directory holding one thread of three runs; the last run's id."""
     with tempfile.TemporaryDirectory() as root:
         data = Path(root) / "data"
-        app = create_app(Settings(data_dir=str(data)))
+        app = create_app(Settings.of(data_dir=str(data)))
         headers = {"X-Tenant-Id": TENANT, "X-User-Id": USER, "Accept": "application/json"}
         with TestClient(app, timeout=60) as client:
             for question in QUESTIONS:

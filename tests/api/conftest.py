@@ -76,17 +76,17 @@ def parse_sse(text: str) -> list[Event]:
 
 def settings_for(profile: str, root: Path, servers: Servers | None, **overrides: Any) -> Settings:
     if profile == "embedded":
-        return Settings(profile="embedded", data_dir=str(root / "data"), **overrides)
+        return Settings.of(profile="embedded", data_dir=str(root / "data"), **overrides)
     assert servers is not None, f"the {profile} profile needs its servers"
     if profile == "postgres":
         assert servers.postgres_url is not None
-        return Settings(
+        return Settings.of(
             profile="postgres", postgres_url=servers.postgres_url, service_token=TOKEN, **overrides
         )
     if profile == "redis-mysql":
         assert servers.redis_url is not None
         assert servers.mysql_url is not None
-        return Settings(
+        return Settings.of(
             profile="redis-mysql",
             redis_url=servers.redis_url,
             mysql_url=servers.mysql_url,

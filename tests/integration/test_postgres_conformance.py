@@ -14,12 +14,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from sqlalchemy import text
 
-from tests.conformance.retention import RetentionConformance
-from tests.conformance.run_lock import LockFactory, RunLockConformance
-from tests.conformance.run_records import RunRecordsConformance
-from tests.conformance.thread_lock import ThreadLockConformance, ThreadLockFactory
 from tests.support.postgres import fresh_schema
-from tests.support.retention import CheckpointRetentionHarness
 from threadkeeper.adapters.postgres import (
     FAIL_FAST,
     AdvisoryThreadLock,
@@ -31,6 +26,10 @@ from threadkeeper.adapters.postgres import (
 from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
 from threadkeeper.adapters.postgres.lock import HOLDER
 from threadkeeper.adapters.postgres.retention import IDLE_THREADS, TS_INDEX, iso_ts
+from threadkeeper.conformance.retention import CheckpointRetentionHarness, RetentionConformance
+from threadkeeper.conformance.run_lock import LockFactory, RunLockConformance
+from threadkeeper.conformance.run_records import RunRecordsConformance
+from threadkeeper.conformance.thread_lock import ThreadLockConformance, ThreadLockFactory
 from threadkeeper.domain.locks import RunFences
 from threadkeeper.domain.retention import sweep
 from threadkeeper.domain.runs import RunRecords

@@ -18,11 +18,13 @@ from redis.asyncio import Redis
 from tests.api.conftest import Servers, headers_for, settings_for
 from tests.support.postgres import fresh_schema
 from tests.support.redis_stack import private_redis
-from threadkeeper.adapters.postgres import _pool
+from threadkeeper.adapters.postgres import _pool, open_postgres
 from threadkeeper.adapters.postgres.ratelimit import PostgresRateWindows
+from threadkeeper.adapters.redis_mysql.ratelimit import RedisWindows
 from threadkeeper.app.application import create_app
-from threadkeeper.app.http.ratelimit import RateWindows, RedisWindows, RunRateLimit, shared_windows
+from threadkeeper.app.http.ratelimit import RunRateLimit
 from threadkeeper.app.service import Caller
+from threadkeeper.domain.ratelimit import RateWindows
 
 pytestmark = pytest.mark.integration
 
@@ -119,8 +121,9 @@ async def test_the_postgres_profile_counts_runs_in_the_database(
         assert conn.execute("SELECT count(*) FROM tk_run_rate_hits").fetchone() == (2,)
 
 
-def test_a_backend_with_its_own_windows_shares_them() -> None:
-    class Backend:
-        rate_windows = PostgresRateWindows.__new__(PostgresRateWindows)
-
-    assert shared_windows(Backend()) is Backend.rate_windows
+async def test_the_postgres_backend_offers_windows_every_replica_shares(
+    postgres_url: str,
+) -> None:
+    async with open_postgres(postgres_url) as backend:
+        assert isinstance(backend.rate_windows, PostgresRateWindows)
+        assert backend.rate_windows.shared

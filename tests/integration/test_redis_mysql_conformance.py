@@ -14,23 +14,22 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy.exc import DBAPIError
 
-from tests.conformance.retention import RetentionConformance
-from tests.conformance.run_lock import LockFactory, RunLockConformance
-from tests.conformance.run_records import RunRecordsConformance
-from tests.conformance.thread_lock import ThreadLockConformance, ThreadLockFactory
-from tests.conformance.transcript_archive import (
-    TranscriptArchiveConformance,
-    make_round,
-    new_ref,
-)
 from tests.support.mysql import fresh_database, query
 from tests.support.redis_stack import PrivateRedis, private_redis
-from tests.support.retention import CheckpointRetentionHarness
 from threadkeeper.adapters.redis_mysql import (
     RedisMysqlBackend,
     RedisRunLock,
     SchemaNotReady,
     open_redis_mysql,
+)
+from threadkeeper.conformance.retention import CheckpointRetentionHarness, RetentionConformance
+from threadkeeper.conformance.run_lock import LockFactory, RunLockConformance
+from threadkeeper.conformance.run_records import RunRecordsConformance
+from threadkeeper.conformance.thread_lock import ThreadLockConformance, ThreadLockFactory
+from threadkeeper.conformance.transcript_archive import (
+    TranscriptArchiveConformance,
+    make_round,
+    new_ref,
 )
 from threadkeeper.domain.locks import ClaimedLock, RunFences
 from threadkeeper.domain.memory import MemoryKind, memory_namespace

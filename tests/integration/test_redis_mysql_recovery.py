@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import redis
 from litestar import Litestar
@@ -26,7 +27,7 @@ from tests.api.conftest import Servers, headers_for, run, settings_for
 from tests.support.mysql import fresh_database, query
 from tests.support.redis_stack import PrivateRedis, private_redis
 from threadkeeper.app.application import create_app
-from threadkeeper.app.builtin_model import HANDOFF_MESSAGES
+from threadkeeper.domain.escalation import HANDOFF_MESSAGES
 
 pytestmark = pytest.mark.integration
 
@@ -264,7 +265,7 @@ async def test_a_real_models_clarifications_still_count_after_a_cold_start(
     from threadkeeper.app.service import Caller, RunMessage, RunRequest
     from threadkeeper.domain.estimate import EstimatingCounter
 
-    settings = Settings(
+    settings = Settings.of(
         profile="redis-mysql",
         redis_url=redis_server.url,
         mysql_url=mysql,
@@ -284,7 +285,7 @@ async def test_a_real_models_clarifications_still_count_after_a_cold_start(
 
         async def ask(text: str) -> dict[str, Any]:
             handle = await service.start_run(caller, "cold", RunRequest(RunMessage(text)))
-            return await handle.result()
+            return msgspec.to_builtins(await handle.result())  # type: ignore[no-any-return]
 
         assert [(await ask(u))["status"] for u in UNCLEAR[:2]] == ["clarifying", "clarifying"]
         client = redis.Redis.from_url(redis_server.url)

@@ -1,4 +1,5 @@
-"""The embedded profile's adapters pass the same conformance suites as the in-memory ones."""
+"""The embedded profile's adapters pass the same conformance suites as the in-memory ones, and
+the profile as a whole passes the backend suite."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conformance.retention import RetentionConformance
-from tests.conformance.run_lock import LockFactory, RunLockConformance
-from tests.conformance.run_records import RunRecordsConformance
-from tests.support.retention import CheckpointRetentionHarness
-from threadkeeper.adapters.embedded import EmbeddedBackend, open_embedded
+from threadkeeper.adapters.embedded import PROFILE, EmbeddedBackend, open_embedded
+from threadkeeper.adapters.embedded.settings import EmbeddedSettings
+from threadkeeper.adapters.profile import Backend
+from threadkeeper.conformance.backend import BackendConformance
+from threadkeeper.conformance.retention import CheckpointRetentionHarness, RetentionConformance
+from threadkeeper.conformance.run_lock import LockFactory, RunLockConformance
+from threadkeeper.conformance.run_records import RunRecordsConformance
+from threadkeeper.conformance.thread_lock import ThreadLockConformance, ThreadLockFactory
+from threadkeeper.domain.locks import RunFences
 from threadkeeper.domain.runs import RunRecords
 
 
@@ -27,6 +32,16 @@ class TestEmbeddedRunLock(RunLockConformance):
         return lambda: backend.lock
 
 
+class TestEmbeddedThreadLockClaims(ThreadLockConformance):
+    @pytest.fixture
+    def thread_lock_factory(self, backend: EmbeddedBackend) -> ThreadLockFactory:
+        return lambda: backend.lock
+
+    @pytest.fixture
+    def fences(self, backend: EmbeddedBackend) -> RunFences:
+        return backend.fences
+
+
 class TestSqliteRunRecords(RunRecordsConformance):
     @pytest.fixture
     def records(self, backend: EmbeddedBackend) -> RunRecords:
@@ -37,6 +52,15 @@ class TestEmbeddedRetention(RetentionConformance):
     @pytest.fixture
     def harness(self, backend: EmbeddedBackend) -> CheckpointRetentionHarness:
         return CheckpointRetentionHarness(backend)
+
+
+class TestEmbeddedBackend(BackendConformance):
+    """The profile as the registry opens it."""
+
+    @pytest.fixture
+    async def open_backend(self, tmp_path: Path) -> AsyncIterator[Backend]:
+        async with PROFILE.open(EmbeddedSettings(data_dir=str(tmp_path / "data"))) as opened:
+            yield opened
 
 
 async def test_a_second_open_of_the_data_dir_is_refused(tmp_path: Path) -> None:

@@ -29,16 +29,18 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from threadkeeper.app.builtin_model import (
     ANSWER_MAX_CHARS,
-    CLARIFYING_QUESTIONS,
     FETCH_FAQ_DOCUMENT,
-    HANDOFF_MESSAGES,
-    METADATA_KEY,
     BuiltinChatModel,
     DocumentChunk,
-    Language,
-    detect_language,
     parse_documents,
     stream_tokens,
+)
+from threadkeeper.domain.escalation import (
+    CLARIFYING_QUESTIONS,
+    HANDOFF_MESSAGES,
+    METADATA_KEY,
+    Language,
+    detect_language,
 )
 
 LANGUAGES: tuple[Language, ...] = ("fa", "zh", "en")

@@ -18,7 +18,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.app.agent import RETRIEVE_K, SYSTEM_PROMPT
-from threadkeeper.app.builtin_model import METADATA_KEY, BuiltinChatModel, DocumentChunk
+from threadkeeper.app.builtin_model import BuiltinChatModel, DocumentChunk
+from threadkeeper.domain.escalation import METADATA_KEY
 from threadkeeper.domain.prompt import render_system
 
 KNOWLEDGE = KnowledgeBase.from_directory()

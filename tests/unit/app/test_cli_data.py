@@ -37,7 +37,7 @@ def data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 @pytest.fixture
 def server(data_dir: Path) -> Iterator[TestClient[Litestar]]:
     """The service running on ``data_dir``: it holds the data directory's lock."""
-    app = create_app(Settings(data_dir=str(data_dir), tokenizer="estimate"))
+    app = create_app(Settings.of(data_dir=str(data_dir), tokenizer="estimate"))
     with TestClient(app, timeout=60) as client:
         yield client
 
@@ -160,7 +160,7 @@ def test_retention_beside_a_running_server(
 def test_retention_deletes_when_no_server_runs(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    app = create_app(Settings(data_dir=str(data_dir), tokenizer="estimate"))
+    app = create_app(Settings.of(data_dir=str(data_dir), tokenizer="estimate"))
     with TestClient(app, timeout=60) as client:
         run(client, "old", "Is dental treatment covered by my health insurance?")
     time.sleep(1.2)
@@ -173,7 +173,7 @@ def test_a_dry_run_counts_what_the_sweep_then_deletes(
 ) -> None:
     """Threads, messages and feedback alike (a dry run used to count threads only: 0
     messages, then the sweep deleted 16)."""
-    app = create_app(Settings(data_dir=str(data_dir), tokenizer="estimate"))
+    app = create_app(Settings.of(data_dir=str(data_dir), tokenizer="estimate"))
     with TestClient(app, timeout=60) as client:
         for thread in ("old-1", "old-2", "old-3"):
             answer = run(client, thread, "Is dental treatment covered by my health insurance?")
@@ -205,7 +205,7 @@ def test_retention_refuses_a_batch_below_one(
     assert out == ""
     assert err.count("\n") == 1, err
     assert "argument --batch: must be at least 1, not 0" in err
-    app = create_app(Settings(data_dir=str(data_dir), tokenizer="estimate"))
+    app = create_app(Settings.of(data_dir=str(data_dir), tokenizer="estimate"))
     with TestClient(app, timeout=60) as client:
         assert client.get("/v1/threads/old/messages", headers=HEADERS).status_code == 404
 

@@ -79,7 +79,7 @@ def test_every_credential_of_a_url_is_masked(url: str, masked: str) -> None:
 
 
 def test_describe_masks_every_url_and_token() -> None:
-    settings = Settings(
+    settings = Settings.of(
         profile="redis-mysql",
         service_token="tok-en-value",
         service_tokens={"other-token-value": ["acme"]},
@@ -98,7 +98,7 @@ def test_describe_masks_every_url_and_token() -> None:
 
 
 def test_redact_masks_the_settings_secrets_anywhere_in_a_text() -> None:
-    settings = Settings(mysql_url="mysql+asyncmy://app:p%40ss-word@db/tk")
+    settings = Settings.of(mysql_url="mysql+asyncmy://app:p%40ss-word@db/tk")
     assert secrets_of(settings) >= {"p%40ss-word", "p@ss-word"}
     text = "Access denied for 'app' using password p@ss-word; url mysql+asyncmy://app:x@db/tk"
     assert redact(text, secrets_of(settings)) == (
@@ -109,7 +109,7 @@ def test_redact_masks_the_settings_secrets_anywhere_in_a_text() -> None:
 def test_serve_logs_in_one_format_with_credentials_masked_and_libraries_quiet(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    settings = Settings(postgres_url="postgresql://u:log-secret@pg/tk")
+    settings = Settings.of(postgres_url="postgresql://u:log-secret@pg/tk")
     with cli.serve_logging("info", settings):
         logging.getLogger("bm25s").setLevel(logging.DEBUG)  # as bm25s does on import
         logging.getLogger("bm25s").debug("Building index from IDs objects")

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
@@ -20,20 +21,20 @@ from tests.support.scripted_model import ScriptedChatModel
 from threadkeeper.adapters.embedded import open_embedded
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.app.agent import stamp_for
-from threadkeeper.app.builtin_model import (
+from threadkeeper.app.builtin_model import BuiltinChatModel
+from threadkeeper.app.config import Settings
+from threadkeeper.app.container import build_service
+from threadkeeper.app.runs import RunService
+from threadkeeper.app.service import Caller, RunMessage, RunRequest
+from threadkeeper.domain.escalation import (
     CLARIFICATIONS_BEFORE_ESCALATION,
     HANDOFF_MESSAGES,
     METADATA_KEY,
-    BuiltinChatModel,
     Language,
     asks_for_person,
     detect_language,
     escalation_due,
 )
-from threadkeeper.app.config import Settings
-from threadkeeper.app.container import build_service
-from threadkeeper.app.runs import RunService
-from threadkeeper.app.service import Caller, RunMessage, RunRequest
 from threadkeeper.domain.estimate import EstimatingCounter
 
 # ---------------------------------------------------------------------------------------------
@@ -207,7 +208,7 @@ async def backend(tmp_path: Path) -> AsyncIterator[Any]:
 def service_with(model: ScriptedChatModel, backend: Any, tmp_path: Path) -> RunService:
     # model="builtin" in the settings only picks the rule-based memory extractor, so the
     # script feeds the agent alone; the agent runs the scripted model
-    settings = Settings(data_dir=str(tmp_path / "data"))
+    settings = Settings.of(data_dir=str(tmp_path / "data"))
     return build_service(
         settings=settings,
         backend=backend,
@@ -219,7 +220,7 @@ def service_with(model: ScriptedChatModel, backend: Any, tmp_path: Path) -> RunS
 
 async def run(service: RunService, thread_id: str, content: str) -> dict[str, Any]:
     handle = await service.start_run(CALLER, thread_id, RunRequest(RunMessage(content)))
-    return await handle.result()
+    return msgspec.to_builtins(await handle.result())  # type: ignore[no-any-return]
 
 
 async def test_a_real_model_escalates_when_asked_for_a_person(backend: Any, tmp_path: Path) -> None:

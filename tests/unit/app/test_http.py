@@ -29,7 +29,7 @@ from tests.support.fake_service import (
 from threadkeeper.app.http import HttpSettings, create_http_app
 from threadkeeper.app.http.auth import TokenTable, bearer_token
 from threadkeeper.app.http.negotiation import JSON, SSE, choose_representation
-from threadkeeper.app.http.schemas import NOT_BLANK_PATTERN
+from threadkeeper.app.http.schemas import ID_PATTERN, NOT_BLANK_PATTERN, THREAD_ID_PATTERN, exact
 from threadkeeper.app.http.sse import EventRelay
 from threadkeeper.app.service import MAX_MESSAGE_BYTES, Caller, RunEvent, Unavailable
 from threadkeeper.domain.errors import MessageTooLarge, ThreadBusy
@@ -274,6 +274,11 @@ def test_token_table_matches_whole_tokens_only() -> None:
         ("X-Tenant-Id", ""),
         ("X-User-Id", "u*1"),
         ("X-User-Id", "u/1"),
+        # a dot segment: clients remove it from /v1/users/{user_id}/… (RFC 3986 §5.2.4), so
+        # such a user could never reach their own memory (found by schemathesis)
+        ("X-User-Id", "."),
+        ("X-User-Id", ".."),
+        ("X-Tenant-Id", "."),
         ("X-Locale", "english!"),
         ("X-Locale", "e"),
         ("X-Locale", "en-" + "x" * 70),
@@ -343,6 +348,29 @@ async def test_invalid_thread_ids_are_422(
         return
     assert_invalid(response, "thread_id", "path")
     assert service.calls == []
+
+
+ID_SCHEMA_PATTERN = (
+    r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,126}"
+    r"|\.\.[A-Za-z0-9._-]{1,126})$"
+)
+"""1..128 of ``[A-Za-z0-9._-]``, but not ``.`` or ``..`` (spelled out: the document's)."""
+THREAD_SCHEMA_PATTERN = (
+    r"^(?:[A-Za-z0-9_:-][A-Za-z0-9._:-]{0,127}|\.[A-Za-z0-9_:-][A-Za-z0-9._:-]{0,126}"
+    r"|\.\.[A-Za-z0-9._:-]{1,126})$"
+)
+
+
+@pytest.mark.parametrize("pattern", [ID_PATTERN, THREAD_ID_PATTERN])
+def test_a_dot_segment_is_not_an_id_but_dots_within_one_are(pattern: str) -> None:
+    """``.`` and ``..`` in a path are removed by every client before the request is sent;
+    the contract's patterns (and so OpenAPI) refuse them, and keep every other id."""
+    assert not exact(pattern, ".")
+    assert not exact(pattern, "..")
+    for fine in ("...", ".a", "..a", "a.", "a..b", "_", "-.", "v1.2"):
+        assert exact(pattern, fine), fine
+    assert re.fullmatch(pattern.removeprefix("^").removesuffix("$"), "t" * 128)
+    assert not exact(pattern, "t" * 129)
 
 
 async def test_thread_ids_may_hold_colons_dots_and_dashes(
@@ -1304,7 +1332,7 @@ def test_openapi_describes_headers_security_and_problems(openapi: dict[str, Any]
             assert params["X-Tenant-Id"]["required"] is True
             assert params["X-User-Id"]["required"] is True
             assert params["X-Locale"]["required"] is False
-            assert params["X-Tenant-Id"]["schema"]["pattern"] == "^[A-Za-z0-9._-]{1,128}$"
+            assert params["X-Tenant-Id"]["schema"]["pattern"] == ID_SCHEMA_PATTERN
             assert {"401", "403", "422", "500"} <= set(responses), (method, path)
             assert ("400" in responses) == ("requestBody" in operation), (method, path)
 
@@ -1326,7 +1354,7 @@ def test_openapi_describes_the_run(openapi: dict[str, Any]) -> None:
     problem = schemas["Problem"]["properties"]
     assert {"type", "title", "status", "detail", "running_run_id", "errors"} <= set(problem)
     path_params = {p["name"]: p for p in operation["parameters"] if p["in"] == "path"}
-    assert path_params["thread_id"]["schema"]["pattern"] == "^[A-Za-z0-9._:-]{1,128}$"
+    assert path_params["thread_id"]["schema"]["pattern"] == THREAD_SCHEMA_PATTERN
 
 
 def test_openapi_describes_one_run_event_as_schemathesis_reads_it(openapi: dict[str, Any]) -> None:
@@ -1395,7 +1423,7 @@ def test_optional_parameters_are_absent_or_a_string_never_null(openapi: dict[str
         assert schema["type"] == "string", name
         assert "oneOf" not in schema, name
     assert optional["X-Locale"]["schema"]["pattern"] == "^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*$"
-    assert optional["before"]["schema"]["pattern"] == "^[A-Za-z0-9._:-]{1,128}$"
+    assert optional["before"]["schema"]["pattern"] == THREAD_SCHEMA_PATTERN
     for item in openapi["paths"].values():
         for operation in item.values():
             for parameter in operation.get("parameters", []):

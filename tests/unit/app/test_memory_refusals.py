@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from langchain_core.messages import AIMessage
 from prometheus_client import REGISTRY, generate_latest
@@ -45,7 +46,7 @@ async def service(tmp_path: Path) -> AsyncIterator[RunService]:
     )
     async with open_embedded(tmp_path / "data") as backend:
         yield build_service(
-            settings=Settings(data_dir=str(tmp_path / "data"), model="openai:scripted"),
+            settings=Settings.of(data_dir=str(tmp_path / "data"), model="openai:scripted"),
             backend=backend,
             counter=EstimatingCounter(),
             knowledge=KnowledgeBase.from_directory(),
@@ -61,7 +62,7 @@ async def test_refused_candidates_are_counted_by_reason_and_never_stored(
     handle = await service.start_run(
         CALLER, "t-1", RunRequest(RunMessage("I am married. Are fillings covered?"))
     )
-    body: dict[str, Any] = await handle.result()
+    body: dict[str, Any] = msgspec.to_builtins(await handle.result())
     await service.wait_idle()
     assert body["status"] == "answered"
 

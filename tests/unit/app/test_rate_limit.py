@@ -11,15 +11,13 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient, TestClient
 
 from tests.support.fake_service import FakeThreadService
+from threadkeeper.adapters.embedded import open_embedded
+from threadkeeper.adapters.redis_mysql.ratelimit import RedisWindows
 from threadkeeper.app.application import create_app
 from threadkeeper.app.config import Settings, load_settings
 from threadkeeper.app.http import HttpSettings, create_http_app
-from threadkeeper.app.http.ratelimit import (
-    InMemoryWindows,
-    RedisWindows,
-    RunRateLimit,
-    shared_windows,
-)
+from threadkeeper.app.http.ratelimit import RunRateLimit
+from threadkeeper.domain.ratelimit import InMemoryWindows
 
 PROBLEM = "application/problem+json"
 TOKEN = "rate-token"
@@ -150,7 +148,7 @@ def test_the_setting_makes_the_limit(
 def test_the_configured_limit_reaches_the_runs_endpoint(tmp_path: Path) -> None:
     """THREADKEEPER_RATE_LIMIT_PER_MINUTE is wired: the real app on embedded refuses the
     third run of a user in a minute when it is 2."""
-    settings = Settings(data_dir=str(tmp_path / "data"), rate_limit_per_minute=2)
+    settings = Settings.of(data_dir=str(tmp_path / "data"), rate_limit_per_minute=2)
     user = {"X-Tenant-Id": "acme", "X-User-Id": "u1", "Accept": "application/json"}
     with TestClient(create_app(settings), timeout=60) as client:
         for index in range(2):
@@ -194,11 +192,10 @@ def test_a_limit_of_zero_is_not_a_limiter() -> None:
         RunRateLimit(0)
 
 
-def test_only_a_backend_with_redis_shares_the_windows() -> None:
-    class Embedded:
-        pass
-
-    assert shared_windows(Embedded()) is None
+async def test_a_profile_of_one_process_has_no_shared_windows(tmp_path: Path) -> None:
+    """The embedded backend offers no windows: the rate limit keeps them in its process."""
+    async with open_embedded(tmp_path / "data") as backend:
+        assert backend.rate_windows is None
 
 
 async def test_redis_down_does_not_refuse_runs() -> None:

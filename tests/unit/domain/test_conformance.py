@@ -6,10 +6,10 @@ from datetime import datetime
 
 import pytest
 
-from tests.conformance.retention import RetentionConformance
-from tests.conformance.run_lock import LockFactory, RunLockConformance
-from tests.conformance.run_records import RunRecordsConformance
-from tests.conformance.transcript_archive import TranscriptArchiveConformance
+from threadkeeper.conformance.retention import RetentionConformance
+from threadkeeper.conformance.run_lock import LockFactory, RunLockConformance
+from threadkeeper.conformance.run_records import RunRecordsConformance
+from threadkeeper.conformance.transcript_archive import TranscriptArchiveConformance
 from threadkeeper.domain.locks import InMemoryRunLock
 from threadkeeper.domain.retention import InMemoryRetention
 from threadkeeper.domain.runs import InMemoryRunRecords, RunRecords

@@ -29,7 +29,6 @@ from threadkeeper.domain.extraction import (
     extract_and_plan,
     extract_memory,
     merge_household,
-    normalize_text,
 )
 from threadkeeper.domain.memory import (
     KEY_PATTERN,
@@ -65,27 +64,6 @@ def national_id(prefix: str) -> str:
     """``prefix`` (9 digits) with its Iranian national-ID check digit, computed here."""
     s = sum(int(prefix[i]) * (10 - i) for i in range(9)) % 11
     return prefix + str(s if s < 2 else 11 - s)
-
-
-# --- normalization ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "folded"),
-    [
-        ("بيمه", "بیمه"),  # Arabic yeh
-        ("كودك", "کودک"),  # Arabic kaf
-        ("بیمه\u200cی عمر", "بیمه ی عمر"),  # ZWNJ
-        ("لطفاً", "لطفا"),  # tanwin dropped
-        ("۲ فرزند", "2 فرزند"),  # Persian digits
-        ("٣ فرزند", "3 فرزند"),  # Arabic-Indic digits
-        ("متأهل", "متاهل"),  # hamza on alef
-        ("Ｈｅｌｌｏ  World", "hello world"),  # full-width, case, spaces
-        ("I’m", "i'm"),  # typographic apostrophe
-    ],
-)
-def test_text_is_folded(text: str, folded: str) -> None:
-    assert normalize_text(text) == folded
 
 
 # --- language --------------------------------------------------------------------------------

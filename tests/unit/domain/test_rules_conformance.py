@@ -1,15 +1,17 @@
-"""The domain's token counters, history policy, compactor and memory rules pass the port
-conformance suites (the app's and the hooks' configurations: ``tests/unit/test_conformance.py``)."""
+"""The domain's token counters, history policy, compactor, memory rules and extractive
+summarizer pass the port conformance suites (the app's and the hooks' configurations:
+``tests/unit/test_conformance.py``)."""
 
 from __future__ import annotations
 
 import bpe_openai  # type: ignore[import-untyped]
 import pytest
 
-from tests.conformance.compactor import CompactorConformance
-from tests.conformance.history_policy import HistoryPolicyConformance
-from tests.conformance.memory_rules import MemoryRulesConformance
-from tests.conformance.token_counter import (
+from threadkeeper.conformance.compactor import CompactorConformance
+from threadkeeper.conformance.history_policy import HistoryPolicyConformance
+from threadkeeper.conformance.memory_rules import MemoryRulesConformance
+from threadkeeper.conformance.summarizer import SummarizerConformance
+from threadkeeper.conformance.token_counter import (
     CounterFactory,
     Reference,
     TokenCounterConformance,
@@ -18,6 +20,7 @@ from threadkeeper.domain.compaction import Compactor, WindowCompactor
 from threadkeeper.domain.estimate import EstimatingCounter
 from threadkeeper.domain.history import HistoryPolicy, TurnWindowPolicy
 from threadkeeper.domain.memory import MemoryRules
+from threadkeeper.domain.summary import ExtractiveSummarizer, Summarizer
 from threadkeeper.domain.tokens import CharacterCounter, TiktokenCounter, TokenCounter
 
 COUNTERS: dict[str, CounterFactory] = {
@@ -105,3 +108,20 @@ class TestMemoryRules(MemoryRulesConformance):
         if request.param == "default":
             return MemoryRules()
         return MemoryRules(max_facts=3, max_value_chars=80)
+
+
+# --- Summarizer -------------------------------------------------------------------------------
+
+
+class TestExtractiveSummarizer(SummarizerConformance):
+    @pytest.fixture
+    def summarizer(self, counter: TokenCounter) -> Summarizer:
+        return ExtractiveSummarizer(counter)
+
+
+class TestExtractiveSummarizerShortLines(SummarizerConformance):
+    """Sentences cut short and a single head line: still within the contract."""
+
+    @pytest.fixture
+    def summarizer(self, counter: TokenCounter) -> Summarizer:
+        return ExtractiveSummarizer(counter, sentence_chars=60, head_lines=1)

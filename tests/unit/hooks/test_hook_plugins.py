@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
@@ -202,7 +203,7 @@ async def test_threadkeeper_hooks_reaches_build_pipeline_and_its_plugin_runs(
             "thread-1",
             RunRequest(RunMessage("How do I renew my policy?", id="m-1")),
         )
-        body = await run.result()
+        body = msgspec.to_builtins(await run.result())
         await service.wait_idle()
     finally:
         await container.shutdown_resources()  # type: ignore[misc]

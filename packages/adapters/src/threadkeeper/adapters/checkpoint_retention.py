@@ -48,6 +48,14 @@ async def delete_store_prefix(store: BaseStore, prefix: tuple[str, ...]) -> int:
     return deleted
 
 
+async def reset_memory(store: BaseStore, runs: SqlRunRecords, tenant_id: str, user_id: str) -> int:
+    """Delete the user's memory, and what their run records hold of it (the memory block of
+    the stored prompts, the profile of stored escalations); the items deleted."""
+    deleted = await delete_store_prefix(store, user_namespace(tenant_id, user_id))
+    await runs.forget_memory(tenant_id, user_id)
+    return deleted
+
+
 class CheckpointRetention(HeldDeletion):
     def __init__(
         self,
@@ -90,6 +98,19 @@ class CheckpointRetention(HeldDeletion):
         if self.fences is not None:
             await self.fences.forget(thread_key)
         return ErasureReceipt(threads=int(exists or runs > 0), messages=messages, feedback=feedback)
+
+    async def reset_memory(self, tenant_id: str, user_id: str) -> int:
+        return await reset_memory(self.store, self.runs, tenant_id, user_id)
+
+    async def would_delete(self, thread_keys: Sequence[str]) -> ErasureReceipt:
+        """What ``delete_threads(thread_keys)`` would delete, counted as it counts (each
+        thread listed by ``idle_threads``, so existing)."""
+        total = ErasureReceipt()
+        for key in thread_keys:
+            messages, _ = await self._messages(key)
+            notes = await self.runs.feedback_count(key)
+            total = total + ErasureReceipt(threads=1, messages=messages, feedback=notes)
+        return total
 
     async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:
         keys = set(await self.runs.user_threads(tenant_id, user_id))

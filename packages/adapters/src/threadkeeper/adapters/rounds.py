@@ -10,6 +10,11 @@ finished, the profile's ``RoundStore`` stores, in one transaction of the profile
 - the run record (an idempotent retry, replay and feedback depend on it: it belongs to the
   round).
 
+Then the profile's upkeep runs (``after_commit``: redis-mysql keeps only the newest
+checkpoint), still under the thread's lock; its failure does not touch the stored round (the
+next run's upkeep catches up). ``RoundsOf.round`` is that unit of work as a backend offers it:
+the run stages inside it and calls ``store`` once the graph has finished.
+
 Only when that transaction committed is the run acknowledged. If the connection breaks while
 the transaction commits, nobody knows whether it did: the store learns it before answering
 (``resolve_in_doubt``), ending the old session first so that it cannot commit later, and
@@ -22,12 +27,16 @@ import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import msgspec
+from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from threadkeeper.adapters.atomic import StagedPut, Staging
+from threadkeeper.adapters.atomic import AtomicSaver, StagedPut, Staging
 from threadkeeper.domain.errors import CommitInDoubt
 from threadkeeper.domain.runs import RunRecord
 from threadkeeper.domain.transcript import Round, ToolInvocation
@@ -78,6 +87,69 @@ class RoundStore(ABC):
             CommitInDoubt: the commit's outcome could not be learnt in time.
             Exception: anything else: nothing was stored.
         """
+
+
+class RoundWork:
+    """One run's round as a unit of work: the graph's checkpoint writes are being staged;
+    ``store`` stores them whole, with the run record, in the profile's order, then runs the
+    profile's upkeep. Leaving it without ``store`` stores nothing."""
+
+    def __init__(
+        self,
+        staging: Staging,
+        claim: str,
+        rounds: RoundStore,
+        upkeep: Callable[[str], Awaitable[None]],
+    ) -> None:
+        self.staging = staging
+        self.claim = claim
+        self.rounds = rounds
+        self.upkeep = upkeep
+        self.stored = False
+
+    async def store(
+        self, record: RunRecord, round: Round, tools: Sequence[ToolInvocation] = ()
+    ) -> str | None:
+        """Store the round (``RoundStore.commit``), then the upkeep; the new head checkpoint
+        id, ``None`` where only the record could be written (see ``commit``).
+
+        Raises:
+            ClaimLost, CommitInDoubt, Exception: as ``RoundStore.commit`` (nothing stored,
+                or unknown for ``CommitInDoubt``); never for the upkeep.
+        """
+        if self.stored:
+            raise RuntimeError("a round is stored once")
+        write = RoundWrite(self.staging, self.claim, record, round, tuple(tools))
+        head = await self.rounds.commit(write)
+        self.stored = True
+        if head is not None:  # None: the checkpoints were not written (upkeep neither)
+            try:
+                await self.upkeep(write.thread_key)
+            except Exception:  # the round is stored; the next run's upkeep catches up
+                log.warning("storage upkeep after run %s failed", record.run_id, exc_info=True)
+        return head
+
+
+class RoundsOf:
+    """What every backend offers for rounds, over its ``saver`` and ``rounds``: the
+    checkpointer the agent's graph must be compiled with (an ``AtomicSaver``: writes inside a
+    round are staged) and ``round()``. A backend overrides ``after_commit`` for upkeep."""
+
+    saver: BaseCheckpointSaver[Any]
+    rounds: RoundStore
+
+    @cached_property
+    def checkpointer(self) -> AtomicSaver:
+        return AtomicSaver(self.saver)
+
+    @contextmanager
+    def round(self, thread_key: str, claim: str) -> Iterator[RoundWork]:
+        """The unit of work of one run on ``thread_key`` holding ``claim``."""
+        with self.checkpointer.staging(thread_key) as staging:
+            yield RoundWork(staging, claim, self.rounds, self.after_commit)
+
+    async def after_commit(self, thread_key: str) -> None:
+        """Storage upkeep once a round is stored, still under the thread's lock (none)."""
 
 
 async def resolve_in_doubt(

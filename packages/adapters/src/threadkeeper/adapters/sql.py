@@ -400,6 +400,34 @@ class SqlRunRecords(SqlAccess, RunRecords):
             rows = (await conn.execute(query)).all()
         return [(r[0], r[1], r[2], _aware(r[3])) for r in rows]
 
+    async def feedback_count(self, thread_key: str) -> int:
+        query = (
+            select(func.count()).select_from(feedback).where(feedback.c.thread_key == thread_key)
+        )
+        async with self.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
+    async def user_feedback(self, tenant_id: str, user_id: str) -> list[Feedback]:
+        query = (
+            select(feedback)
+            .where(feedback.c.tenant_id == tenant_id, feedback.c.user_id == user_id)
+            .order_by(feedback.c.at, feedback.c.run_id)
+        )
+        async with self.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [
+            Feedback(
+                run_id=row["run_id"],
+                thread_key=row["thread_key"],
+                tenant_id=row["tenant_id"],
+                user_id=row["user_id"],
+                score=row["score"],
+                comment=row["comment"],
+                at=_aware(row["at"]),
+            )
+            for row in rows
+        ]
+
     async def user_threads(self, tenant_id: str, user_id: str) -> list[str]:
         query = (
             select(run_records.c.thread_key)

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, NotRequired, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, cast
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -41,15 +41,17 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Command
 from opentelemetry import trace as otel_trace
 
-from threadkeeper.adapters.knowledge import KnowledgeBase
-from threadkeeper.app.builtin_model import HANDOFF_MESSAGES, detect_language, escalation_due
 from threadkeeper.app.stored import load_memory
 from threadkeeper.app.telemetry import ModelCallTracing, capture_content, record_failure, tracer
+from threadkeeper.domain.escalation import HANDOFF_MESSAGES, detect_language, escalation_due
 from threadkeeper.domain.history import Window
 from threadkeeper.domain.prompt import render_system
 from threadkeeper.domain.tokens import message_text
 from threadkeeper.domain.transcript import ToolInvocation, arguments_digest
 from threadkeeper.hooks.settings import ThreadState
+
+if TYPE_CHECKING:  # the composition root passes the knowledge base in
+    from threadkeeper.adapters.knowledge import KnowledgeBase
 
 PROMPT_VERSION = "2026-11-29.1"
 SYSTEM_PROMPT = (
@@ -126,8 +128,8 @@ def stamp_for(
     The escalation rule holds for every model (builtin or not): the run ends in ``escalate``
     when the newest human message of ``conversation`` (the thread's messages) asks for a
     person, or the final replies before it were clarifying
-    :data:`~threadkeeper.app.builtin_model.CLARIFICATIONS_BEFORE_ESCALATION` times in a row
-    (:func:`~threadkeeper.app.builtin_model.escalation_due`, the rule the builtin model
+    :data:`~threadkeeper.domain.escalation.CLARIFICATIONS_BEFORE_ESCALATION` times in a row
+    (:func:`~threadkeeper.domain.escalation.escalation_due`, the rule the builtin model
     applies to itself). Otherwise the builtin model states the status and citations
     (``additional_kwargs["threadkeeper"]``); for any other model the citations are the
     ``[chunk_id]`` markers of retrieved chunks in the text, and the status is ``clarifying``

@@ -13,9 +13,10 @@ from litestar import Litestar
 from threadkeeper.app.config import ConfigError, Settings, load_settings, redact, secrets_of
 from threadkeeper.app.container import Container, make_container
 from threadkeeper.app.http import HttpSettings, create_http_app
-from threadkeeper.app.http.ratelimit import RunRateLimit, shared_windows
+from threadkeeper.app.http.ratelimit import RunRateLimit
 from threadkeeper.app.runs import RunService
 from threadkeeper.app.service import Unavailable
+from threadkeeper.app.storage import startup_problem as profile_problem
 from threadkeeper.app.sweeper import RetentionSweeper
 
 log = logging.getLogger("threadkeeper")
@@ -44,7 +45,6 @@ class ServiceProxy:
 def startup_problem(exc: BaseException, settings: Settings) -> str:
     """One line saying what keeps the service from starting, and what to do about it
     (credentials of the settings masked: a driver's error may quote its URL)."""
-    from threadkeeper.adapters.embedded import DataDirBusy
     from threadkeeper.hooks.pipeline import HookConfigError
 
     text = redact(" ".join(str(exc).split()) or type(exc).__name__, secrets_of(settings))
@@ -55,8 +55,9 @@ def startup_problem(exc: BaseException, settings: Settings) -> str:
             f"configuration error: THREADKEEPER_HOOKS={settings.hook_names()!r} "
             f"(profile {settings.profile}): {text}"
         )
-    if isinstance(exc, DataDirBusy):
-        return text
+    own = profile_problem(exc, settings)
+    if own is not None:
+        return redact(own, secrets_of(settings))
     return f"{type(exc).__name__}: {text}"
 
 
@@ -64,7 +65,7 @@ def _sweeper(settings: Settings, service: RunService) -> RetentionSweeper | None
     if not settings.retention_sweep_minutes or settings.retention_days is None:
         return None
     return RetentionSweeper(
-        service.retention,  # type: ignore[arg-type]
+        service.retention,
         older_than=timedelta(days=settings.retention_days),
         interval=timedelta(minutes=settings.retention_sweep_minutes),
     )
@@ -74,7 +75,7 @@ def _share_rate_limit(rate_limit: RunRateLimit | None, service: RunService) -> N
     """Count runs where every replica sees them, if the profile has a server for it."""
     if rate_limit is None:
         return
-    shared = shared_windows(service.backend)
+    shared = service.backend.rate_windows
     if shared is not None:
         rate_limit.windows = shared
         where = f"shared by every replica ({type(shared).__name__})"
@@ -95,7 +96,7 @@ def create_app(settings: Settings | None = None, *, container: Container | None 
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        # only the selected profile's backend is opened (Selector), when first asked for
+        # the configured profile's backend is opened here, when the service is first built
         try:
             try:
                 service: RunService = await container.service()  # type: ignore[misc]
@@ -128,7 +129,7 @@ def create_app(settings: Settings | None = None, *, container: Container | None 
     http = HttpSettings(
         service_token=settings.service_token,
         service_tokens=settings.service_tokens or {},
-        require_token=settings.profile != "embedded",
+        require_token=settings.requires_token,
         lifespan=[lifespan],
         run_rate_limit=rate_limit,
         sse_heartbeat_seconds=settings.sse_heartbeat_seconds,

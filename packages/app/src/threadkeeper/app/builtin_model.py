@@ -17,8 +17,10 @@ or two clarifying replies in a row before it, escalates; a request for details c
 ``fetch_faq_document`` for the best-matching document (only when that tool is bound); a
 question that overlaps the retrieved chunks is answered with 1–3 sentences of the document it
 is most about (section headings are never the answer while a sentence fits), citing the
-chunks; otherwise a clarifying question is asked. The escalation rule (:func:`escalation_due`)
-is also what the agent applies to the answer of any other chat model.
+chunks; otherwise a clarifying question is asked. The escalation rule, the hand-off and the
+clarifying messages and the reply language are :mod:`threadkeeper.domain.escalation` (the agent
+applies the same rule to the answer of any other chat model); text is compared in the folded
+form of :mod:`threadkeeper.domain.text`.
 
 Every final reply carries ``additional_kwargs["threadkeeper"] = {"status", "citations"}``;
 tool-call replies carry no status. ``usage_metadata`` is set on every reply (see
@@ -33,10 +35,9 @@ import json
 import math
 import re
 import time
-import unicodedata
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -58,181 +59,62 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
+from threadkeeper.domain.escalation import (
+    CLARIFYING_QUESTIONS,
+    HANDOFF_MESSAGES,
+    METADATA_KEY,
+    Language,
+    detect_language,
+    escalation_due,
+)
 from threadkeeper.domain.prompt import DocumentChunk, parse_documents
+from threadkeeper.domain.text import (
+    CJK_CLASS,
+    EN_REQUEST_WORDS,
+    EN_STOPWORDS,
+    FA_REQUEST_WORDS,
+    FA_STOPWORDS,
+    ZH_REQUEST_WORDS,
+    ZH_STOP_CHARS,
+    ZH_STOP_WORDS,
+    ZH_WEAK_STOP_CHARS,
+    ZH_WEAK_STOP_WORDS,
+    fold,
+    is_cjk,
+)
 
 __all__ = [
     "ANSWER_MAX_CHARS",
-    "CLARIFICATIONS_BEFORE_ESCALATION",
-    "CLARIFYING_QUESTIONS",
     "FETCH_FAQ_DOCUMENT",
-    "HANDOFF_MESSAGES",
-    "METADATA_KEY",
     "BuiltinChatModel",
     "DocumentChunk",
-    "Language",
     "ReplyStatus",
-    "asks_for_person",
-    "detect_language",
-    "escalation_due",
     "estimate_input_tokens",
-    "is_clarifying",
     "parse_documents",
-    "reply_metadata",
     "stream_tokens",
 ]
 
-Language = Literal["fa", "zh", "en"]
 ReplyStatus = Literal["answered", "clarifying", "escalate"]
 
 FETCH_FAQ_DOCUMENT: Final = "fetch_faq_document"
 """The one tool this model knows how to call: ``{"doc_id": str}`` → the whole document."""
 
-METADATA_KEY: Final = "threadkeeper"
-"""Key in ``AIMessage.additional_kwargs`` holding ``{"status", "citations"}``."""
-
 ANSWER_MAX_CHARS: Final = 600
 """Upper bound of an extractive answer (one over-long sentence is cut with an ellipsis)."""
-
-CLARIFICATIONS_BEFORE_ESCALATION: Final = 2
-"""This many clarifying replies in a row, and the next run escalates (for every model)."""
 
 _CHUNK_ANSWER_MAX_SENTENCES: Final = 3
 _TOOL_ANSWER_MAX_SENTENCES: Final = 4
 
-CLARIFYING_QUESTIONS: Final[Mapping[Language, str]] = {
-    "en": "Could you tell me which insurance product or topic your question is about?",
-    "fa": "ممکن است بفرمایید سؤال شما درباره کدام محصول یا موضوع بیمه‌ای است؟",
-    "zh": "请问您的问题是关于哪一款保险产品或哪个主题的？",
-}
-
-HANDOFF_MESSAGES: Final[Mapping[Language, str]] = {
-    "en": (
-        "I'm passing this conversation to a member of our support team. "
-        "They will see what we discussed, so you won't need to repeat yourself."
-    ),
-    "fa": (
-        "این گفتگو را به یکی از همکاران پشتیبانی منتقل می‌کنم. "
-        "ایشان گفتگوی ما را می‌بینند و لازم نیست دوباره توضیح دهید."
-    ),
-    "zh": "正在为您转接人工客服，客服人员会看到我们的对话内容，您无需重复说明。",
-}
-
-
 # ---------------------------------------------------------------------------------------------
-# Scripts, normalisation and terms
+# Terms
 
 
-_CJK_RANGES: Final = (
-    (0x3040, 0x30FF),  # Hiragana, Katakana
-    (0x3400, 0x4DBF),  # CJK Extension A
-    (0x4E00, 0x9FFF),  # CJK Unified Ideographs
-    (0xF900, 0xFAFF),  # CJK Compatibility Ideographs
-    (0x20000, 0x2FA1F),  # Extensions B–F, compatibility supplement
-)
-_ARABIC_RANGES: Final = (
-    (0x0600, 0x06FF),
-    (0x0750, 0x077F),
-    (0x08A0, 0x08FF),
-    (0xFB50, 0xFDFF),
-    (0xFE70, 0xFEFF),
-)
-_CJK_WEIGHT: Final = 3
-"""A CJK character carries about as much as a short word (≈ 3 Latin letters)."""
-
-
-def _in_ranges(char: str, ranges: tuple[tuple[int, int], ...]) -> bool:
-    code = ord(char)
-    return any(low <= code <= high for low, high in ranges)
-
-
-def _is_cjk(char: str) -> bool:
-    return _in_ranges(char, _CJK_RANGES)
-
-
-def detect_language(text: str) -> Language:
-    """The reply language for ``text``: the script with the most weight among its letters.
-
-    Persian/Arabic letters count 1, CJK characters count 3, Latin letters count 1; ties go
-    to the non-Latin script; no letters at all → ``"en"``.
-    """
-    arabic = cjk = latin = 0
-    for char in text:
-        if not char.isalpha():
-            continue
-        if _is_cjk(char):
-            cjk += 1
-        elif _in_ranges(char, _ARABIC_RANGES):
-            arabic += 1
-        else:
-            latin += 1
-    weighted = cjk * _CJK_WEIGHT
-    if arabic == 0 and cjk == 0:
-        return "en"
-    if arabic >= weighted:
-        return "fa" if arabic >= latin else "en"
-    return "zh" if weighted >= latin else "en"
-
-
-_FOLD: Final = str.maketrans(
-    {
-        "ي": "ی",
-        "ى": "ی",
-        "ئ": "ی",
-        "ك": "ک",
-        "ة": "ه",
-        "ۀ": "ه",
-        "أ": "ا",
-        "إ": "ا",
-        "ٱ": "ا",
-        "آ": "ا",
-        "ؤ": "و",
-        "\u200c": " ",  # zero-width non-joiner separates Persian word parts
-        "\u200d": None,
-        "\u200e": None,
-        "\u200f": None,
-        "\u0640": None,  # tatweel
-        **{chr(0x06F0 + i): str(i) for i in range(10)},  # Persian digits
-        **{chr(0x0660 + i): str(i) for i in range(10)},  # Arabic-Indic digits
-    }
-)
-_ARABIC_MARKS: Final = re.compile("[\u064b-\u065f\u0670\u06d6-\u06ed]")
-
-
-def _normalize(text: str) -> str:
-    """Matching form of ``text``: NFKC, Arabic letters folded to Persian, marks removed,
-    lower case. Only ever used to compare, never shown."""
-    folded = unicodedata.normalize("NFKC", text).translate(_FOLD)
-    return _ARABIC_MARKS.sub("", folded).casefold()
-
-
-_EN_STOPWORDS: Final = frozenset(
-    """a about above after again all also am an and any are as at be because been before
-    being below between both but by can could did do does doing don down during each few
-    for from further get got had has have having he her here hers him his how i if in into
-    is it its itself just let me more most my myself no nor not now of off on once only or
-    other our ours out over own please same she should so some such than that the their
-    them then there these they this those through to too under until up very was we were
-    what when where which while who whom why will with would you your yours yourself
-    tell know want need like give show explain detail details full whole document info
-    information thanks thank hi hello""".split()
-)
-_FA_STOPWORDS: Final = frozenset(
-    _normalize(word)
-    for word in """و در به از که این آن را با است برای من ما شما او چه چی چیه آیا یک یه هم
-    تا می نمی شود میشود شد بود هست هستند است؟ دارد دارم داره ام ای ها های کنم کند کنید کرد
-    دهد دهند میدهد میدهند کنند شوند دارند
-    چطور چگونه چیست کدام چقدر اگر یا نیز باید بر پس اما ولی خود همه هر لطفا لطفاً سلام
-    مرسی ممنون بگویید بگید بدانم بدونم درباره مورد جزئیات کامل بیشتر توضیح اطلاعات""".split()
-)
-_ZH_STOP_CHARS: Final = frozenset(
-    "的了吗呢吧啊呀么嘛是我你您他她它们这那和与及或在也都就还把被哪些什"
-)
-_ZH_STOP_BIGRAMS: Final = frozenset(
-    "请问 如何 怎样 可以 是否 一下 能否 能不 不能 需要 想要 知道 告诉 介绍 关于 有关 一个".split()
-)
+_STOPWORDS: Final = EN_STOPWORDS | EN_REQUEST_WORDS | FA_STOPWORDS | FA_REQUEST_WORDS
+"""Words a question never matches a sentence on: function words and words of asking."""
+_ZH_STOP_CHARS: Final = ZH_STOP_CHARS | ZH_WEAK_STOP_CHARS
+_ZH_STOP_BIGRAMS: Final = ZH_STOP_WORDS | ZH_WEAK_STOP_WORDS | ZH_REQUEST_WORDS
 _WORD: Final = re.compile(r"[^\W_]+")
-_CJK_CLASS: Final = "".join(f"{chr(low)}-{chr(high)}" for low, high in _CJK_RANGES)
-_CJK_SPLIT: Final = re.compile(f"[{_CJK_CLASS}]+|[^{_CJK_CLASS}]+")
+_CJK_SPLIT: Final = re.compile(f"[{CJK_CLASS}]+|[^{CJK_CLASS}]+")
 
 
 def _stem(word: str) -> str:
@@ -250,13 +132,13 @@ def _stem(word: str) -> str:
 
 def _terms(text: str) -> frozenset[str]:
     """Content terms of ``text``: CJK runs as character bigrams (bigrams with a function
-    character dropped), everything else as normalised, lightly stemmed words minus
-    English/Persian stop words."""
+    character, function words and words of asking dropped), everything else as folded,
+    lightly stemmed words minus English/Persian stop words and words of asking."""
     terms: set[str] = set()
-    for match in _WORD.finditer(_normalize(text)):
+    for match in _WORD.finditer(fold(text)):
         word = match.group()
         for part in _CJK_SPLIT.findall(word):
-            if _is_cjk(part[0]):
+            if is_cjk(part[0]):
                 if len(part) == 1:
                     if part not in _ZH_STOP_CHARS:
                         terms.add(part)
@@ -265,7 +147,7 @@ def _terms(text: str) -> frozenset[str]:
                     bigram = part[i : i + 2]
                     if bigram not in _ZH_STOP_BIGRAMS and not set(bigram) & _ZH_STOP_CHARS:
                         terms.add(bigram)
-            elif part not in _EN_STOPWORDS and part not in _FA_STOPWORDS:
+            elif part not in _STOPWORDS:
                 terms.add(_stem(part))
     return frozenset(terms)
 
@@ -309,7 +191,7 @@ def _is_heading(line: str) -> bool:
     """A short line without closing punctuation, e.g. a document title."""
     if line.endswith((".", "!", "?", "؟", "。", "！", "？", "；", ":", "：", "…")):
         return False
-    return len(line.split()) <= 6 and sum(1 for ch in line if _is_cjk(ch)) <= 12
+    return len(line.split()) <= 6 and sum(1 for ch in line if is_cjk(ch)) <= 12
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,85 +200,10 @@ def _is_heading(line: str) -> bool:
 
 def _persian_phrase(phrase: str, suffixes: str = "") -> str:
     """A regex for a Persian phrase as whole word(s), with optional listed suffixes."""
-    words = r"\s+".join(re.escape(w) for w in _normalize(phrase).split())
+    words = r"\s+".join(re.escape(w) for w in fold(phrase).split())
     tail = f"(?:{suffixes})?" if suffixes else ""
     return rf"(?<!\w){words}{tail}(?!\w)"
 
-
-_PERSON_EN: Final = (
-    r"(?:(?:real|live|actual|human)\s+)?"
-    r"(?:human(?:\s+being)?|person|people|someone|somebody|agent|representative|rep|operator"
-    r"|staff(?:\s+member)?|(?:customer\s+)?(?:service|support)\s+(?:agent|rep|representative|staff)"
-    r"|supervisor|manager)s?"
-)
-"""Who a person-request names (English), after an optional determiner."""
-_WANTED_EN: Final = (
-    r"(?:(?:real|live|actual)\s+(?:person|human|agent|operator)|human(?:\s+(?:agent|being|operator))?"
-    r"|agent|representative|operator|(?:customer\s+)?(?:service|support)\s+(?:agent|rep"
-    r"|representative))s?"
-)
-"""Who an "I want/need …" request names: never a bare "person" or "someone" ("I need someone
-to sign", "a policy for a person with diabetes")."""
-_DETERMINER_EN: Final = r"(?:(?:a|an|the|some|your|one\s+of\s+your|any)\s+)?"
-_ESCALATION_EN: Final = re.compile(
-    # talk / speak / chat to a human, an agent, someone, …
-    rf"\b(?:talk|speak|chat)\s+(?:directly\s+)?(?:to|with)\s+{_DETERMINER_EN}{_PERSON_EN}\b"
-    # connect / transfer / put / get me (through) to a person
-    rf"|\b(?:connect|transfer|put|pass|get|switch|forward|redirect|escalate)\s+(?:me|us|this)\s+"
-    rf"(?:(?:through|over|on)\s+)?(?:to\s+|with\s+)?{_DETERMINER_EN}{_PERSON_EN}\b"
-    # I want / need / would like a human (not in a question such as "do I need an agent …")
-    rf"|(?<!\bdo\s)(?<!\bdoes\s)(?<!\bif\s)\b(?:i|we)(?:'d|\s+would)?\s+(?:really\s+)?"
-    rf"(?:want|need|like|prefer|demand|request|ask\s+for)\s+{_DETERMINER_EN}{_WANTED_EN}\b"
-    # is there a human I can talk to
-    rf"|\b(?:is|are)\s+there\s+{_DETERMINER_EN}{_PERSON_EN}\s+(?:i|we)\s+(?:can|could)\s+"
-    r"(?:talk|speak|chat)\b"
-    # the whole message is the request: "OPERATOR!", "human please", "real person please"
-    rf"|^\W*(?:(?:hi|hello|hey|ok|okay|please|pls|plz|just)\W+)*{_DETERMINER_EN}{_WANTED_EN}"
-    r"(?:\W+(?:please|pls|plz|now|asap|thanks|thank\s+you))*\W*$"
-)
-_FA_PERSON: Final = (
-    r"(?:(?:یک|یه)\s+)?"
-    r"(?:اپراتور|کارشناس|پشتیبان|پشتیبانی|انسان|ادم|شخص|فرد|نفر|همکار|مسیول|مسئول|نماینده|مشاور)"
-    r"(?:ها|های|ان|تان|تون|ی)?"
-    r"(?:\s+(?:واقعی|انسانی|بیمه|پشتیبانی|فروش|خسارت))?"
-)
-"""Who a Persian person-request names (normalised: آ → ا)."""
-_FA_TALK: Final = (
-    r"(?:صحبت|حرف|گفتگو|گفت\s*و\s*گو|چت|تماس)\s*"
-    r"(?:کنم|کنیم|بکنم|بکنیم|بزنم|بزنیم|بگیرم|بگیریم|کردن|کنه|بشه|داشته\s+باشم)(?!\w)"
-)
-_FA_CONNECT: Final = (
-    r"(?:وصل|متصل|منتقل|ارجاع|ارتباط)\s*"
-    r"(?:کنید|کن|کنین|بدید|بدهید|بدین|شم|بشم|شوم|بشوم|بفرمایید|می\s*کنید|میکنید)(?!\w)"
-)
-_ESCALATION_FA: Final = re.compile(
-    # با (یک) اپراتور/کارشناس/انسان صحبت کنم — up to two words between ("با کارشناس بیمه …")
-    rf"(?<!\w)با\s+{_FA_PERSON}(?:\s+\w+){{0,2}}?\s+{_FA_TALK}"
-    # وصل کنید به کارشناس / منو به اپراتور وصل کنید
-    rf"|(?<!\w){_FA_CONNECT}\s+(?:به|با)\s+{_FA_PERSON}(?!\w)"
-    rf"|(?<!\w)(?:به|با)\s+{_FA_PERSON}\s+{_FA_CONNECT}"
-    # پشتیبان انسانی می‌خواهم / اپراتور می‌خوام / یک کارشناس لازم دارم
-    rf"|(?<!\w){_FA_PERSON}\s+(?:می\s*خواهم|می\s*خوام|میخوام|میخواهم|لازم\s+دارم)(?!\w)"
-    # the whole message: «اپراتور!»، «لطفا کارشناس»
-    r"|^\W*(?:لطفا\s+)?(?:اپراتور|کارشناس|پشتیبان\s+انسانی|انسان\s+واقعی|ادم\s+واقعی)"
-    r"(?:\s+لطفا)?\W*$"
-)
-_ZH_HUMAN_SERVICE: Final = (
-    r"(?:人工(?:客服|服务|服務|坐席|座席|台|(?=$|[^\w]|[吗嗎吧呢啊呀]))"
-    r"|真人(?:客服|服务|服務)?(?=$|[^\w]|[吗嗎吧呢啊呀聊说說])|客服(?:人员|人員)|真人客服)"
-)
-_ESCALATION_ZH: Final = re.compile(
-    # unambiguous on their own
-    r"[转轉]人工|人工客服|人工服[务務]|人工[坐座]席|真人客服"
-    # 找/接/要/叫/换 + 人工 / 真人 / 客服人员 ("需要人工授精", "了解真人寿险" do not count)
-    rf"|(?:接|找|要|叫|换|換|请|請)(?:个|個|一个|一個|位|一位)?{_ZH_HUMAN_SERVICE}"
-    # 和/跟 (真)人 说话
-    r"|(?:和|跟|与|與|同)(?:真人|人工|客服|人|一个人|一個人|真正的人|活人)"
-    r"(?:说话|說話|聊|谈|談|沟通|溝通|对话|對話|交流)"
-    r"|找(?:个|個)(?:真)?人(?:聊|说话|說話|谈|談|问问|問問)"
-    # 我要/请 联系客服
-    r"|(?:我要|我想|帮我|幫我|请|請|给我|給我)(?:联系|聯繫|联络|聯絡|接通|转接|轉接)(?:人工)?客服"
-)
 
 _DETAILS_EN: Final = re.compile(
     r"\b(?:details?|detailed|full|in\s+depth|elaborate)\b"
@@ -418,26 +225,13 @@ _DETAILS_FA: Final = re.compile(
     )
 )
 _DETAILS_ZH: Final = tuple(
-    _normalize(p)
+    fold(p)
     for p in ("详细", "詳細", "详情", "詳情", "全文", "完整", "更多信息", "更多資訊", "具体内容")
 )
 
 
-def asks_for_person(text: str) -> bool:
-    """Whether ``text`` asks to be handed to a person, in English, Persian or Chinese.
-
-    Only a request counts ("talk to a human", "connect me to an agent", "human please",
-    «با اپراتور صحبت کنم», «转人工», «我要找真人»), not a mention: "my insurance agent",
-    "a tour operator", "is a real person allowed…", «کارشناس بازدید می‌کند», «真人寿险».
-    """
-    norm = _normalize(text)
-    return bool(
-        _ESCALATION_EN.search(norm) or _ESCALATION_FA.search(norm) or _ESCALATION_ZH.search(norm)
-    )
-
-
 def _asks_for_details(text: str) -> bool:
-    norm = _normalize(text)
+    norm = fold(text)
     return bool(
         _DETAILS_EN.search(norm) or _DETAILS_FA.search(norm) or any(p in norm for p in _DETAILS_ZH)
     )
@@ -451,51 +245,8 @@ def _text(message: BaseMessage) -> str:
     return str(message.text)
 
 
-def reply_metadata(message: BaseMessage) -> dict[str, Any] | None:
-    """The ``{"status", "citations"}`` this model attached to ``message``, if any."""
-    value = message.additional_kwargs.get(METADATA_KEY)
-    return cast("dict[str, Any]", value) if isinstance(value, dict) else None
-
-
-def is_clarifying(message: AIMessage) -> bool:
-    """A clarifying reply: recognised by its text (what a real model would see), by the status
-    this model attached to it, or by the status the agent stamped on it
-    (``response_metadata["threadkeeper"]``, for any model)."""
-    for meta in (reply_metadata(message), message.response_metadata.get(METADATA_KEY)):
-        if isinstance(meta, dict) and meta.get("status") == "clarifying":
-            return True
-    return _text(message).strip() in CLARIFYING_QUESTIONS.values()
-
-
-def _previous_replies(messages: Sequence[BaseMessage], human_at: int) -> list[AIMessage]:
-    """The final replies (AI messages with text, no tool calls) before ``messages[human_at]``."""
-    return [
-        m
-        for m in messages[: max(human_at, 0)]
-        if isinstance(m, AIMessage) and not m.tool_calls and _text(m).strip()
-    ]
-
-
 def _newest_human_at(messages: Sequence[BaseMessage]) -> int:
     return max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
-
-
-def _escalation_due(question: str, previous_replies: Sequence[AIMessage]) -> bool:
-    recent = previous_replies[-CLARIFICATIONS_BEFORE_ESCALATION:]
-    repeated = len(recent) == CLARIFICATIONS_BEFORE_ESCALATION and all(
-        is_clarifying(m) for m in recent
-    )
-    return repeated or asks_for_person(question)
-
-
-def escalation_due(messages: Sequence[BaseMessage]) -> bool:
-    """The escalation rule, for any model: the newest human message asks for a person
-    (:func:`asks_for_person`), or the :data:`CLARIFICATIONS_BEFORE_ESCALATION` final replies
-    before it were all clarifying (:func:`is_clarifying`). Messages after the newest human
-    message (tool calls, tool results, the answer itself) do not matter."""
-    human_at = _newest_human_at(messages)
-    question = _text(messages[human_at]) if human_at >= 0 else ""
-    return _escalation_due(question, _previous_replies(messages, human_at))
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,7 +262,6 @@ class _Conversation:
     chunks: list[DocumentChunk]
     tool_results: list[_ToolResult]
     ends_with_tool_result: bool
-    previous_replies: list[AIMessage]
 
 
 def _read(messages: Sequence[BaseMessage]) -> _Conversation:
@@ -538,14 +288,12 @@ def _read(messages: Sequence[BaseMessage]) -> _Conversation:
                 continue
             tool_results.append(_ToolResult(requested.get(message.tool_call_id), _text(message)))
 
-    previous_replies = _previous_replies(messages, human_at)
     return _Conversation(
         question=question,
         language=detect_language(question),
         chunks=parse_documents(system),
         tool_results=tool_results,
         ends_with_tool_result=ends_with_tool_result,
-        previous_replies=previous_replies,
     )
 
 
@@ -622,11 +370,11 @@ def _pick(
     floor = max(1, math.ceil(best.score / 2)) if relevant_only else 0
     chosen = [best]
     used = len(_clip(best.sentence))
-    seen = {_normalize(best.sentence)}
+    seen = {fold(best.sentence)}
     for cand in ranked:
         if len(chosen) >= limit:
             break
-        key = _normalize(cand.sentence)
+        key = fold(cand.sentence)
         # other sources only when as strong as the best, other documents only when stronger
         # than the best document: keeps the answer on one document
         if cand.source == best.source:
@@ -753,7 +501,7 @@ def _answer_from_tool(conv: _Conversation) -> _Reply | None:
 
 def _supports(chunk: DocumentChunk, sentence: str) -> bool:
     """Whether ``chunk`` holds ``sentence``: verbatim, or most of its terms."""
-    if _normalize(sentence) in _normalize(chunk.text):
+    if fold(sentence) in fold(chunk.text):
         return True
     terms = _terms(sentence)
     return bool(terms) and len(terms & _terms(chunk.text)) * 2 >= len(terms)
@@ -793,7 +541,7 @@ def _compose(messages: Sequence[BaseMessage], tool_names: frozenset[str]) -> _Re
             reply = _answer_from_chunks(conv)
         return reply or _Reply(CLARIFYING_QUESTIONS[lang], lang, "clarifying")
 
-    if _escalation_due(conv.question, conv.previous_replies):
+    if escalation_due(messages):
         return _Reply(HANDOFF_MESSAGES[lang], lang, "escalate")
 
     if FETCH_FAQ_DOCUMENT in tool_names and conv.chunks and _asks_for_details(conv.question):
@@ -830,7 +578,7 @@ def stream_tokens(text: str, language: Language) -> list[str]:
     tokens = []
     previous = ""  # kind of the previous character: "cjk", "run" or "space"
     for char in text:
-        if _is_cjk(char):
+        if is_cjk(char):
             tokens.append(char)
             previous = "cjk"
         elif char.isspace() or (previous == "cjk" and not char.isalnum()):
@@ -860,7 +608,7 @@ def estimate_input_tokens(messages: Sequence[BaseMessage]) -> int:
                 for c in message.tool_calls
             )
     text = "".join(parts)
-    cjk = sum(1 for char in text if _is_cjk(char))
+    cjk = sum(1 for char in text if is_cjk(char))
     return cjk + math.ceil((len(text) - cjk) / 4)
 
 

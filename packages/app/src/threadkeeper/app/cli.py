@@ -22,7 +22,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -41,10 +41,16 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TENANT = "demo"
 DEFAULT_USER = "demo-user"
 TOKEN_VARIABLE = "THREADKEEPER_SERVICE_TOKEN"
-TENANT_OR_USER = r"[A-Za-z0-9._-]{1,128}"
+TENANT_OR_USER = (
+    r"(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,126}"
+    r"|\.\.[A-Za-z0-9._-]{1,126})"
+)
 """``threadkeeper.domain.threads.TENANT_OR_USER_ID`` (checked equal by the unit tests; the
 domain module is not imported for ``--help``)."""
-THREAD = r"[A-Za-z0-9._:-]{1,128}"
+THREAD = (
+    r"(?:[A-Za-z0-9_:-][A-Za-z0-9._:-]{0,127}|\.[A-Za-z0-9_:-][A-Za-z0-9._:-]{0,126}"
+    r"|\.\.[A-Za-z0-9._:-]{1,126})"
+)
 """``threadkeeper.domain.threads.THREAD_ID``."""
 UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 
@@ -130,43 +136,6 @@ def _counter_name(value: str) -> str:
 # -- backends ----------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def open_backend(settings: Settings, *, beside_server: bool) -> AsyncIterator[Any]:
-    """The selected profile's backend and nothing else. ``beside_server``: on embedded, open
-    without the data-dir lock, so a command that only reads (replay, export, doctor,
-    ``retention --dry-run``) works beside a running server (SQLite in WAL mode lets readers
-    in other processes see committed data while the server writes); the server profiles
-    need no such thing."""
-    if settings.profile == "embedded":
-        from threadkeeper.adapters.embedded import open_embedded
-
-        async with open_embedded(settings.data_dir, exclusive=not beside_server) as backend:
-            yield backend
-    elif settings.profile == "postgres":
-        from threadkeeper.adapters.postgres import SchemaNotReady as PostgresNotReady
-        from threadkeeper.adapters.postgres import open_postgres
-
-        try:
-            async with open_postgres(settings.postgres_url) as backend:
-                yield backend
-        except PostgresNotReady as exc:
-            raise ConfigError(str(exc)) from exc
-    else:
-        from threadkeeper.adapters.redis_mysql import SchemaNotReady as MysqlNotReady
-        from threadkeeper.adapters.redis_mysql import open_redis_mysql
-
-        try:
-            async with open_redis_mysql(
-                settings.redis_url,
-                settings.mysql_url,
-                checkpoint_ttl_minutes=settings.checkpoint_ttl_minutes,
-                lock_ttl_seconds=settings.lock_ttl_seconds,
-            ) as backend:
-                yield backend
-        except MysqlNotReady as exc:
-            raise ConfigError(str(exc)) from exc
-
-
 def _storage_failure(exc: BaseException, settings: Settings) -> NoReturn:
     """A storage server out of reach: one line, exit status 1."""
     _fail(f"cannot reach the {settings.profile} storage: {_one_line(exc, settings)}", code=1)
@@ -190,18 +159,16 @@ def _run_on_storage(settings: Settings, work: Any) -> Any:
 # -- serve -------------------------------------------------------------------------------
 
 
-def _schema_problems(settings: Settings) -> tuple[list[str] | None, str]:
-    """The server profile's schema problems (``None``: the database cannot be reached)."""
-    if settings.profile == "postgres":
-        from threadkeeper.adapters.postgres import check_schema as check_postgres
+def _schema_problems(settings: Settings) -> tuple[list[str] | None, str | None]:
+    """The profile's schema problems (``None``: its database cannot be reached) and the
+    server holding its schema (``None``: the profile sets its tables up at start)."""
+    from threadkeeper.app.storage import schema_problems, schema_server
 
-        server, check = "PostgreSQL", check_postgres(settings.postgres_url)
-    else:
-        from threadkeeper.adapters.redis_mysql import check_schema as check_mysql
-
-        server, check = "MySQL", check_mysql(settings.mysql_url)
+    server = schema_server(settings)
+    if server is None:
+        return [], None
     try:
-        return asyncio.run(check), server
+        return asyncio.run(schema_problems(settings)), server
     except Exception as exc:
         print(f"threadkeeper: cannot reach {server}: {_one_line(exc, settings)}", file=sys.stderr)
         return None, server
@@ -209,11 +176,9 @@ def _schema_problems(settings: Settings) -> tuple[list[str] | None, str]:
 
 def _storage(settings: Settings) -> str:
     """Where the profile keeps its data, credentials masked (the start-up line)."""
-    if settings.profile == "embedded":
-        return settings.data_dir
-    if settings.profile == "postgres":
-        return mask_url(settings.postgres_url)
-    return f"{mask_url(settings.redis_url)} + {mask_url(settings.mysql_url)}"
+    from threadkeeper.app.storage import storage_of
+
+    return mask_url(storage_of(settings))
 
 
 def _models(settings: Settings) -> str:
@@ -280,19 +245,25 @@ def serve_logging(level: str, settings: Settings) -> Iterator[None]:
     handler.setFormatter(LogFormatter(secrets_of(settings)))
     handler.addFilter(_LibraryLevel(libraries))
     root = logging.getLogger()
-    own = [*OWN_LOGGERS, "uvicorn.error", "uvicorn.access"]
-    saved = (root.level, {name: logging.getLogger(name).level for name in own})
+    own = [*OWN_LOGGERS, "uvicorn", "uvicorn.error", "uvicorn.access"]
+    loggers = [logging.getLogger(name) for name in own]
+    # uvicorn's own logging configuration (applied by any uvicorn.Config built with its
+    # default ``log_config`` in this process) gives "uvicorn" a handler and stops it from
+    # propagating: for the server's lifetime every line goes through the one handler
+    saved = (root.level, [(x, x.level, x.propagate, x.handlers[:], x.disabled) for x in loggers])
     root.addHandler(handler)
     root.setLevel(libraries)
-    for name in own:
-        logging.getLogger(name).setLevel(numeric)
+    for logger in loggers:
+        logger.setLevel(numeric)
+        logger.propagate, logger.handlers, logger.disabled = True, [], False
     try:
         yield
     finally:
         root.removeHandler(handler)
         root.setLevel(saved[0])
-        for name, previous in saved[1].items():
-            logging.getLogger(name).setLevel(previous)
+        for logger, previous, propagate, handlers, disabled in saved[1]:
+            logger.setLevel(previous)
+            logger.propagate, logger.handlers, logger.disabled = propagate, handlers, disabled
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -316,17 +287,16 @@ def _listen(host: str, port: int) -> socket.socket:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings()
-    if settings.profile != "embedded":
-        problems, server = _schema_problems(settings)
-        if problems is None:
-            return 2
-        if problems:
-            print(
-                f"threadkeeper: the {server} schema is not ready ({'; '.join(problems)}): "
-                "run `threadkeeper migrate` first",
-                file=sys.stderr,
-            )
-            return 2
+    problems, server = _schema_problems(settings)
+    if problems is None:
+        return 2
+    if problems:
+        print(
+            f"threadkeeper: the {server} schema is not ready ({'; '.join(problems)}): "
+            "run `threadkeeper migrate` first",
+            file=sys.stderr,
+        )
+        return 2
     sock = _listen(args.host, args.port)
     try:
         with serve_logging(args.log_level, settings):
@@ -383,7 +353,7 @@ def _run_server(settings: Settings, args: argparse.Namespace, sock: socket.socke
     where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     async def serve() -> int:
-        # Build what the lifespan would (the backend — on embedded with the data-dir lock, held
+        # Build what the lifespan would (the backend — with its data-dir lock where it has one, held
         # from here on —, model, hooks, agent) in the server's own loop before uvicorn starts:
         # a setting that cannot work is one clear line, not a traceback from the lifespan.
         try:
@@ -596,28 +566,15 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 
 
 async def _replay(settings: Settings, args: argparse.Namespace) -> int:
-    from threadkeeper.app.stored import from_transcript, thread_messages
-    from threadkeeper.domain.threads import ThreadRef, ThreadScope
+    from threadkeeper.app.service import Caller
+    from threadkeeper.app.storage import open_stored
 
-    ref = ThreadRef(args.tenant, args.user, args.thread, ThreadScope(settings.thread_scope))
-    async with open_backend(settings, beside_server=True) as backend:
-        record = await backend.runs.get(ref.key, args.run)
-        if record is None:
-            print(f"threadkeeper: no run {args.run} in thread {args.thread}", file=sys.stderr)
-            return 1
-        messages = await thread_messages(backend.saver, ref.key, record.checkpoint_id)
-        if messages is None and record.checkpoint_id:
-            # pruned (postgres keeps only the newest checkpoint): the newest state holds
-            # every message, under the same ids
-            messages = await thread_messages(backend.saver, ref.key)
-        by_id = {str(m.id): m for m in messages or []}
-        if backend.archive is not None:
-            # redis-mysql: compaction and the TTL remove older messages from the checkpoints;
-            # their human and AI text stays in the archive (tool calls and results do not)
-            gone = [i for call in record.model_calls for i in call.message_ids if i not in by_id]
-            for kept in await backend.archive.find(ref.key, gone):
-                by_id[kept.id] = from_transcript(kept)
-    for line in _replay_lines(record, by_id):
+    async with open_stored(settings) as stored:
+        replay = await stored.replay(Caller(args.tenant, args.user), args.thread, args.run)
+    if replay is None:
+        print(f"threadkeeper: no run {args.run} in thread {args.thread}", file=sys.stderr)
+        return 1
+    for line in _replay_lines(replay.record, replay.messages):
         print(line)
     return 0
 
@@ -705,49 +662,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
 # -- retention ---------------------------------------------------------------------------
 
 
-async def would_delete(backend: Any, thread_keys: Sequence[str]) -> Any:
-    """What deleting ``thread_keys`` would delete, counted the way the deletion counts it
-    (``CheckpointRetention`` / ``RedisMysqlRetention._delete_held``): the messages of the
-    transcript (the newest checkpoint's, or the archive's rows), the feedback rows, and each
-    thread — which exists, as ``idle_threads`` listed it. Memory belongs to the user."""
-    from sqlalchemy import func, select
-
-    from threadkeeper.adapters.checkpoint_retention import transcript_count
-    from threadkeeper.adapters.sql import feedback
-    from threadkeeper.app.stored import thread_messages
-    from threadkeeper.domain.retention import ErasureReceipt
-
-    total = ErasureReceipt()
-    for key in thread_keys:
-        if backend.archive is not None:
-            from threadkeeper.adapters.redis_mysql.archive import chat_messages
-
-            async with backend.archive.engine.connect() as conn:
-                messages = int(
-                    (
-                        await conn.execute(
-                            select(func.count())
-                            .select_from(chat_messages)
-                            .where(chat_messages.c.thread_key == key)
-                        )
-                    ).scalar_one()
-                )
-        else:
-            messages = transcript_count(await thread_messages(backend.saver, key) or [])
-        async with backend.runs.connect() as conn:
-            notes = int(
-                (
-                    await conn.execute(
-                        select(func.count())
-                        .select_from(feedback)
-                        .where(feedback.c.thread_key == key)
-                    )
-                ).scalar_one()
-            )
-        total = total + ErasureReceipt(threads=1, messages=messages, feedback=notes)
-    return total
-
-
 def _counts(receipt: Any) -> dict[str, int]:
     return {
         "threads": receipt.threads,
@@ -772,27 +686,26 @@ async def _retention(settings: Settings, args: argparse.Namespace) -> int:
         _fail("no retention window: pass --older-than or set THREADKEEPER_RETENTION_DAYS")
     now = datetime.now(UTC)
     cutoff = now - older_than
-    # Deleting takes the embedded data-dir lock: a deletion holds the thread's run lock, which
-    # on embedded lives in the server's process, so beside a server a run in flight could
-    # commit into a thread being deleted. Server profiles lock threads in their database.
-    # Counting only reads: it works beside a server.
-    from threadkeeper.adapters.embedded import DataDirBusy
+    # Deleting opens the backend as the server does (on a profile whose run locks live in
+    # one process, that refuses beside a running server: a run in flight could commit into a
+    # thread being deleted). Counting only reads: it works beside a server.
+    from threadkeeper.app.storage import open_stored, startup_problem
 
     try:
-        async with open_backend(settings, beside_server=args.dry_run) as backend:
+        async with open_stored(settings, read_only=args.dry_run) as stored:
             if args.dry_run:
                 # the threads the sweep would find now (it pages by ``batch``), and what
                 # deleting them would delete
-                keys = await backend.retention.idle_threads(cutoff, limit=2**31 - 1)
+                preview = await stored.retention_preview(cutoff)
                 report: dict[str, Any] = {
                     "cutoff": cutoff.isoformat(),
                     "dry_run": True,
-                    "batches": math.ceil(len(keys) / args.batch),
-                    "would_delete": _counts(await would_delete(backend, keys)),
+                    "batches": math.ceil(len(preview.thread_keys) / args.batch),
+                    "would_delete": _counts(preview.would_delete),
                 }
             else:
                 swept = await sweep(
-                    backend.retention, now=now, older_than=older_than, batch=args.batch
+                    stored.backend.retention, now=now, older_than=older_than, batch=args.batch
                 )
                 report = {
                     "cutoff": swept.cutoff.isoformat(),
@@ -800,11 +713,14 @@ async def _retention(settings: Settings, args: argparse.Namespace) -> int:
                     "batches": swept.batches,
                     "deleted": _counts(swept.deleted),
                 }
-    except DataDirBusy:
+    except Exception as exc:
+        busy = startup_problem(exc, settings)
+        if busy is None:
+            raise
         _fail(
-            f"a threadkeeper server is running on {settings.data_dir}; retention cannot delete "
-            "beside it (its runs lock threads in its own process): stop it first, or let it "
-            "sweep (THREADKEEPER_RETENTION_DAYS with THREADKEEPER_RETENTION_SWEEP_MINUTES); "
+            f"a threadkeeper server is running on this data ({busy}); retention cannot delete "
+            "beside it (its runs lock threads in its own process): stop it first, or let it sweep "
+            "(THREADKEEPER_RETENTION_DAYS with THREADKEEPER_RETENTION_SWEEP_MINUTES); "
             "--dry-run works beside it"
         )
     print(json.dumps(report))
@@ -819,101 +735,35 @@ def cmd_retention(args: argparse.Namespace) -> int:
 # -- export ------------------------------------------------------------------------------
 
 
-def _thread_id(key: str, tenant_id: str, user_id: str, scope: str) -> str | None:
-    """The caller's thread id of a storage key (``None``: not this user's key)."""
-    prefix = f"{tenant_id}:{user_id}:" if scope == "user" else f"{tenant_id}:"
-    return key.removeprefix(prefix) if key.startswith(prefix) else None
-
-
-async def _user_thread_keys(backend: Any, tenant_id: str, user_id: str) -> set[str]:
-    """Every thread the user has in the tenant, from whatever records it on this profile:
-    run records (all), checkpoint metadata (embedded, postgres), the archive (redis-mysql) —
-    the same sources erasure deletes from."""
-    keys: set[str] = set()
-    for source, method in (
-        (backend.runs, "user_threads"),
-        (backend.retention, "user_thread_keys"),
-        (backend.archive, "user_threads"),
-    ):
-        if source is not None and hasattr(source, method):
-            keys.update(await getattr(source, method)(tenant_id, user_id))
-    return keys
-
-
-async def _user_feedback(backend: Any, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
-    """The user's feedback rows (every profile keeps them in ``SqlRunRecords``' table)."""
-    from sqlalchemy import select
-
-    from threadkeeper.adapters.sql import SqlRunRecords, feedback
-
-    runs = backend.runs
-    if not isinstance(runs, SqlRunRecords):
-        return []
-    query = (
-        select(feedback)
-        .where(feedback.c.tenant_id == tenant_id, feedback.c.user_id == user_id)
-        .order_by(feedback.c.at, feedback.c.run_id)
-    )
-    async with runs.connect() as conn:
-        rows = (await conn.execute(query)).mappings().all()
-    return [
-        {
-            "thread_key": row["thread_key"],
-            "run_id": row["run_id"],
-            "score": row["score"],
-            "comment": row["comment"],
-            "at": row["at"],
-        }
-        for row in rows
-    ]
-
-
 async def _export(settings: Settings, tenant_id: str, user_id: str) -> dict[str, Any]:
     """Everything kept about the user in the tenant, read as the HTTP API reads it (bodies
     shaped as its responses)."""
     from threadkeeper.app.http.routes import memory_out, message_out
-    from threadkeeper.app.stored import memory_view, transcript_page
-    from threadkeeper.domain.errors import UnknownThread
-    from threadkeeper.domain.threads import ThreadRef, ThreadScope
-    from threadkeeper.domain.transcript import MAX_PAGE, TranscriptMessage
+    from threadkeeper.app.storage import open_stored
 
-    scope = ThreadScope(settings.thread_scope)
-    ids = (tenant_id, user_id, settings.thread_scope)
-    async with open_backend(settings, beside_server=True) as backend:
-        threads: list[dict[str, Any]] = []
-        keys = await _user_thread_keys(backend, tenant_id, user_id)
-        for thread_id in sorted(t for k in keys if (t := _thread_id(k, *ids))):
-            # the transcript exactly as GET /v1/threads/{thread_id}/messages serves it
-            key = ThreadRef(tenant_id, user_id, thread_id, scope).key
-            messages: list[TranscriptMessage] = []
-            before: str | None = None
-            while True:
-                try:
-                    page = await transcript_page(
-                        backend.saver, backend.archive, key, limit=MAX_PAGE, before=before
-                    )
-                except UnknownThread:
-                    break  # run records or feedback only: listed, with no messages
-                messages[:0] = page.messages
-                if page.next_before is None:
-                    break
-                before = page.next_before
-            threads.append({"thread_id": thread_id, "messages": [message_out(m) for m in messages]})
-        feedback = [
-            {"thread_id": _thread_id(key, *ids) or key, **item}
-            for item in await _user_feedback(backend, tenant_id, user_id)
-            if (key := item.pop("thread_key"))
-        ]
-        memory = memory_out(await memory_view(backend.store, tenant_id, user_id))
+    async with open_stored(settings) as stored:
+        export = await stored.export(tenant_id, user_id)
     return {
-        "tenant_id": tenant_id,
-        "user_id": user_id,
-        "exported_at": datetime.now(UTC),
+        "tenant_id": export.tenant_id,
+        "user_id": export.user_id,
+        "exported_at": export.exported_at,
         "profile": settings.profile,
         "thread_scope": settings.thread_scope,
-        "threads": threads,
-        "memory": memory,
-        "feedback": feedback,
+        "threads": [
+            {"thread_id": thread_id, "messages": [message_out(m) for m in messages]}
+            for thread_id, messages in export.threads
+        ],
+        "memory": memory_out(export.memory),
+        "feedback": [
+            {
+                "thread_id": thread_id,
+                "run_id": item.run_id,
+                "score": item.score,
+                "comment": item.comment,
+                "at": item.at,
+            }
+            for thread_id, item in export.feedback
+        ],
     }
 
 
@@ -953,18 +803,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from threadkeeper.app.storage import migrate, schema_server
+
     settings = _settings()
-    if settings.profile == "embedded":
-        print("embedded profile: nothing to migrate (its tables are set up at start)")
+    if schema_server(settings) is None:
+        print(f"{settings.profile} profile: nothing to migrate (its tables are set up at start)")
         return 0
-    if settings.profile == "postgres":
-        from threadkeeper.adapters.postgres import migrate_postgres
-
-        steps = _run_on_storage(settings, migrate_postgres(settings.postgres_url))
-    else:
-        from threadkeeper.adapters.redis_mysql import migrate_redis_mysql
-
-        steps = _run_on_storage(settings, migrate_redis_mysql(settings.mysql_url))
+    steps = _run_on_storage(settings, migrate(settings))
     for step in steps:
         print(step)
     return 0
@@ -983,9 +828,11 @@ async def _doctor(settings: Settings) -> int:
         ok = False
         print(f"{what}: error: {type(exc).__name__}: {_one_line(exc, settings)}")
 
+    from threadkeeper.app.storage import open_stored
+
     try:
-        async with open_backend(settings, beside_server=True) as backend:
-            for name, state in (await backend.health()).items():
+        async with open_stored(settings) as stored:
+            for name, state in (await stored.ready()).items():
                 print(f"{name}: {redact(state, secrets_of(settings))}")
                 ok = ok and state == "ok"
     except Exception as exc:  # doctor reports whatever fails
@@ -1005,19 +852,23 @@ async def _doctor(settings: Settings) -> int:
         print(f"knowledge base tenants: {tenants}")
     except Exception as exc:
         failed("knowledge base", exc)
-    for variable, name in (("MODEL", settings.model), ("MODEL_FALLBACK", settings.model_fallback)):
-        if name is None:
+    models: list[tuple[str, str | None]] = [
+        ("MODEL", settings.model),
+        ("MODEL_FALLBACK", settings.model_fallback),
+    ]
+    for variable, model_name in models:
+        if model_name is None:
             continue
-        if name == "builtin":  # nothing to check (and nothing worth importing)
-            print(f"model {name}: ok")
+        if model_name == "builtin":  # nothing to check (and nothing worth importing)
+            print(f"model {model_name}: ok")
             continue
         try:
             from threadkeeper.app.container import build_model
 
-            build_model(name, 0.0, settings.model_timeout_seconds, variable=variable)
-            print(f"model {name}: ok (not called)")
+            build_model(model_name, 0.0, settings.model_timeout_seconds, variable=variable)
+            print(f"model {model_name}: ok (not called)")
         except Exception as exc:
-            failed(f"model {name}", exc)
+            failed(f"model {model_name}", exc)
     if settings.hooks is None:
         print("hooks: the profile's default")
     elif counter is not None:
@@ -1032,7 +883,7 @@ async def _doctor(settings: Settings) -> int:
                     summary_after_turns=settings.summary_after_turns,
                     tool_result_max_chars=settings.tool_result_max_chars,
                 ),
-                allow_destructive=not settings.transcript_in_checkpoints,
+                allow_destructive=not settings.history_in_checkpoints,
             )
             print(f"hooks {settings.hooks}: ok")
         except Exception as exc:
@@ -1070,7 +921,7 @@ def parser() -> argparse.ArgumentParser:
         "streams as it arrives. Ctrl-C stops the answer being streamed (the service cancels "
         "the run: nothing of that round is stored); Ctrl-D, or Ctrl-C at the prompt, quits.",
         epilog=f"environment: {TOKEN_VARIABLE} — the service token, sent as "
-        "'Authorization: Bearer …' (the service asks for it outside the embedded profile)",
+        "'Authorization: Bearer …' (every profile that serves a network asks for it)",
     )
     chat.add_argument("--url", default=DEFAULT_URL, help="the service (default: %(default)s)")
     chat.add_argument("--thread", help="the thread to talk in (default: a new chat-… thread)")

@@ -15,9 +15,16 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-PREFIX = "THREADKEEPER_"
+from threadkeeper.adapters.profiles import (
+    DEFAULT as DEFAULT_PROFILE,
+)
+from threadkeeper.adapters.profiles import (
+    PROFILES,
+    UnknownProfile,
+    profile_settings,
+)
 
-Profile = Literal["embedded", "postgres", "redis-mysql"]
+PREFIX = "THREADKEEPER_"
 
 
 class ConfigError(ValueError):
@@ -25,11 +32,16 @@ class ConfigError(ValueError):
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    profile: Profile = "embedded"
-    data_dir: str = "./var"
-    postgres_url: str = "postgresql://postgres@127.0.0.1:5432/test"
-    redis_url: str = "redis://127.0.0.1:6380/0"
-    mysql_url: str = "mysql+asyncmy://root@127.0.0.1:3306/test"
+    """Everything ``THREADKEEPER_*`` says. What only one storage profile uses is declared by
+    that profile (``adapters/<profile>/settings.py``) and lives in ``storage``; build a
+    ``Settings`` from flat values with ``Settings.of(profile=…, postgres_url=…, …)``."""
+
+    profile: str = DEFAULT_PROFILE
+    storage: Any = None
+    """The profile's own settings struct (``None``: its defaults)."""
+    unused: tuple[Any, ...] = ()
+    """The other profiles' settings as given (or their defaults): not used, but shown by
+    ``doctor`` and their credentials masked like the rest."""
     service_token: str | None = None
     service_tokens: dict[str, list[str]] | None = None
     thread_scope: Literal["user", "global"] = "user"
@@ -40,9 +52,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     summary_after_turns: int = 20
     tool_result_max_chars: int = 2000
     memory_max_facts: int = 50
-    checkpoint_ttl_minutes: float = 10080
-    """Fractions allowed (tests use seconds-long TTLs)."""
-    lock_ttl_seconds: int = 30
     retention_days: int | None = None
     retention_sweep_minutes: int = 0
     rate_limit_per_minute: int = 0
@@ -62,17 +71,25 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """After SIGTERM/SIGINT, how long runs in flight may finish before they are cancelled."""
 
     def __post_init__(self) -> None:
+        try:
+            kind = profile_settings(self.profile)
+        except UnknownProfile:
+            raise ConfigError(
+                f"{PREFIX}PROFILE must be one of {', '.join(PROFILES)}, not {self.profile!r}"
+            ) from None
+        if self.storage is None:
+            msgspec.structs.force_setattr(self, "storage", kind())
+        elif not isinstance(self.storage, kind):
+            raise ConfigError(f"the storage settings of profile {self.profile!r} are a {kind}")
         positive = {
             "token_budget": self.token_budget,
             "tool_result_max_chars": self.tool_result_max_chars,
             "memory_max_facts": self.memory_max_facts,
-            "lock_ttl_seconds": self.lock_ttl_seconds,
         }
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
         for name, seconds in {
-            "checkpoint_ttl_minutes": self.checkpoint_ttl_minutes,
             "model_timeout_seconds": self.model_timeout_seconds,
             "run_timeout_seconds": self.run_timeout_seconds,
             "sse_heartbeat_seconds": self.sse_heartbeat_seconds,
@@ -96,29 +113,89 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"{PREFIX}RETENTION_SWEEP_MINUTES needs {PREFIX}RETENTION_DAYS (the window)"
             )
-        if self.profile != "embedded" and not (self.service_token or self.service_tokens):
+        if self.requires_token and not (self.service_token or self.service_tokens):
             raise ConfigError(
-                f"{PREFIX}SERVICE_TOKEN is required outside the embedded profile "
-                f"(profile {self.profile!r})"
+                f"{PREFIX}SERVICE_TOKEN is required on the {self.profile} profile (only one "
+                "that serves a single process on one machine may run without one)"
             )
 
+    @classmethod
+    def of(cls, **values: Any) -> Settings:
+        """Settings from flat values, as the variables spell them (lower case, without the
+        prefix): the profile's own go into its ``storage`` struct.
+
+        Raises:
+            ConfigError: a value is invalid (naming the variable).
+        """
+        profile = str(values.get("profile", DEFAULT_PROFILE))
+        try:
+            profile_settings(profile)
+        except UnknownProfile:
+            raise ConfigError(
+                f"{PREFIX}PROFILE must be one of {', '.join(PROFILES)}, not {profile!r}"
+            ) from None
+        given = {k: values.pop(k) for k in list(values) if k in ALL_STORAGE_FIELDS}
+        try:
+            structs = {
+                name: msgspec.convert(
+                    {k: v for k, v in given.items() if k in fields(name)},
+                    profile_settings(name),
+                    strict=False,
+                )
+                for name in PROFILES
+            }
+            unused = tuple(v for name, v in structs.items() if name != profile)
+            common = msgspec.convert({**values, "storage": None}, cls, strict=False)
+            return msgspec.structs.replace(common, storage=structs[profile], unused=unused)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(_explain(str(exc))) from exc
+        except ValueError as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError(str(exc)) from exc
+
     @property
-    def transcript_in_checkpoints(self) -> bool:
-        return self.profile != "redis-mysql"
+    def requires_token(self) -> bool:
+        """Callers must present a service token (the profile says)."""
+        return bool(type(self.storage).requires_token)
+
+    @property
+    def history_in_checkpoints(self) -> bool:
+        """The checkpoints are the record (destructive hooks are refused)."""
+        return bool(type(self.storage).history_in_checkpoints)
 
     def hook_names(self) -> str:
+        """The history hooks: as set, else the default for where the profile keeps its
+        history (destructive ones only where the checkpoints are not the record)."""
         from threadkeeper.hooks.pipeline import DEFAULT_HOOKS, DESTRUCTIVE_DEFAULT_HOOKS
 
         if self.hooks is not None:
             return self.hooks
-        return DEFAULT_HOOKS if self.transcript_in_checkpoints else DESTRUCTIVE_DEFAULT_HOOKS
+        return DEFAULT_HOOKS if self.history_in_checkpoints else DESTRUCTIVE_DEFAULT_HOOKS
 
-    def as_config(self) -> dict[str, Any]:
-        """The settings as dependency-injector configuration (lower-case keys)."""
-        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+    def flat(self) -> dict[str, Any]:
+        """Every setting by its name, lower case: the common ones, then each profile's (the
+        other profiles' too, as given)."""
+        common = {
+            k: v for k, v in msgspec.to_builtins(self).items() if k not in ("storage", "unused")
+        }
+        for struct in (self.storage, *self.unused):
+            common.update(msgspec.to_builtins(struct))
+        return common
 
 
-_FIELDS = {name: f"{PREFIX}{name.upper()}" for name in Settings.__struct_fields__}
+COMMON = [name for name in Settings.__struct_fields__ if name not in ("storage", "unused")]
+
+
+def fields(profile: str) -> tuple[str, ...]:
+    """The settings profile ``profile`` declares."""
+    return tuple(profile_settings(profile).__struct_fields__)
+
+
+ALL_STORAGE_FIELDS = sorted(
+    {field for name in PROFILES for field in profile_settings(name).__struct_fields__}
+)
+_FIELDS = {name: f"{PREFIX}{name.upper()}" for name in [*COMMON, *ALL_STORAGE_FIELDS]}
 _STRUCTURED = {"service_tokens"}
 
 
@@ -158,12 +235,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     merged.update(_raw(env))
     for name in _STRUCTURED & merged.keys():
         merged[name] = _parse_structured(name, merged[name])
-    try:
-        return msgspec.convert(merged, Settings, strict=False)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(_explain(str(exc))) from exc
-    except ConfigError:
-        raise
+    return Settings.of(**merged)
 
 
 def _choices(field: str) -> tuple[str, ...] | None:
@@ -194,7 +266,17 @@ def _explain(message: str) -> str:
 # -- secrets ---------------------------------------------------------------------------------
 
 MASK = "***"
-_URL_FIELDS = ("postgres_url", "redis_url", "mysql_url")
+
+
+def _urls(settings: Settings) -> dict[str, str]:
+    """The URL settings (fields named ``*_url``) of every profile."""
+    return {
+        name: value
+        for name, value in settings.flat().items()
+        if name.endswith("_url") and isinstance(value, str)
+    }
+
+
 _USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:@/\s]*):(?P<secret>[^\s/]*)@")
 """``scheme://user:password@`` (the password may hold ``@``; the last one before the host ends
 it); ``scheme://:password@`` too (Redis)."""
@@ -236,8 +318,8 @@ def _url_secrets(url: str) -> set[str]:
 def secrets_of(settings: Settings) -> set[str]:
     """Every credential the settings hold: URL passwords (as written and decoded), tokens."""
     found: set[str] = set()
-    for name in _URL_FIELDS:
-        found.update(_url_secrets(getattr(settings, name)))
+    for url in _urls(settings).values():
+        found.update(_url_secrets(url))
     if settings.service_token:
         found.add(settings.service_token)
     found.update((settings.service_tokens or {}).keys())
@@ -255,10 +337,10 @@ def redact(text: str, secrets: set[str] | frozenset[str] = frozenset()) -> str:
 
 def describe(settings: Settings) -> str:
     """The effective settings, credentials masked (for ``threadkeeper doctor``)."""
-    shown = settings.as_config()
+    shown = settings.flat()
     for secret in ("service_token", "service_tokens"):
         if shown.get(secret):
             shown[secret] = MASK
-    for name in _URL_FIELDS:
+    for name in _urls(settings):
         shown[name] = mask_url(shown[name])
     return json.dumps({_FIELDS[k]: v for k, v in shown.items()}, indent=2, ensure_ascii=False)

@@ -1,20 +1,20 @@
-"""The composition root's container: configuration in, a running service out.
+"""The composition root's container: settings in, a running service out.
 
-The profile is chosen by ``providers.Selector(config.profile, …)``; storage backends are
-``Resource`` providers, opened and closed with the application (the Litestar lifespan).
+The settings are one typed ``Settings`` (``providers.Object``); the profile is the registry's
+entry of ``settings.profile`` (``app.storage`` over ``adapters.profiles``), its backend a
+``Resource`` opened and closed with the application (the Litestar lifespan).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from dependency_injector import containers, providers
 from langchain_core.language_models import BaseChatModel
 
-from threadkeeper.adapters.atomic import AtomicSaver
-from threadkeeper.adapters.embedded import open_embedded
 from threadkeeper.adapters.knowledge import KnowledgeBase, fetch_faq_document_tool
+from threadkeeper.adapters.profile import Backend
 from threadkeeper.app.agent import SYSTEM_PROMPT, build_agent, observe_window
 from threadkeeper.app.builtin_model import BuiltinChatModel
 from threadkeeper.app.config import ConfigError, Settings
@@ -22,42 +22,11 @@ from threadkeeper.app.counters import counter_from_name
 from threadkeeper.app.memory import ModelExtractor, RuleExtractor
 from threadkeeper.app.model_calls import model_call_middleware
 from threadkeeper.app.runs import RunService
+from threadkeeper.app.storage import backend_resource
 from threadkeeper.domain.memory import MemoryRules
 from threadkeeper.domain.threads import ThreadScope
 from threadkeeper.domain.tokens import TokenCounter
 from threadkeeper.hooks import HookSettings, ModelSummarizer, build_pipeline
-
-
-async def embedded_backend(data_dir: str) -> AsyncIterator[Any]:
-    async with open_embedded(data_dir) as backend:
-        yield backend
-
-
-async def postgres_backend(url: str) -> AsyncIterator[Any]:
-    from threadkeeper.adapters.postgres import SchemaNotReady, open_postgres
-
-    try:
-        async with open_postgres(url) as backend:
-            yield backend
-    except SchemaNotReady as exc:
-        raise ConfigError(str(exc)) from exc
-
-
-async def redis_mysql_backend(
-    redis_url: str, mysql_url: str, checkpoint_ttl_minutes: float, lock_ttl_seconds: int
-) -> AsyncIterator[Any]:
-    from threadkeeper.adapters.redis_mysql import SchemaNotReady, open_redis_mysql
-
-    try:
-        async with open_redis_mysql(
-            redis_url,
-            mysql_url,
-            checkpoint_ttl_minutes=checkpoint_ttl_minutes,
-            lock_ttl_seconds=lock_ttl_seconds,
-        ) as backend:
-            yield backend
-    except SchemaNotReady as exc:
-        raise ConfigError(str(exc)) from exc
 
 
 def build_model(
@@ -98,7 +67,7 @@ def summarizer_for(model_name: str, model: BaseChatModel, counter: TokenCounter)
 def build_service(
     *,
     settings: Settings,
-    backend: Any,
+    backend: Backend,
     counter: TokenCounter,
     knowledge: KnowledgeBase,
     model: BaseChatModel,
@@ -116,15 +85,14 @@ def build_service(
     hooks: Sequence[Any] = build_pipeline(
         settings.hook_names(),
         hook_settings,
-        allow_destructive=not settings.transcript_in_checkpoints,
+        allow_destructive=not settings.history_in_checkpoints,
     )
-    saver = AtomicSaver(backend.saver)
     agent = build_agent(
         model=model,
         tools=[fetch_faq_document_tool(knowledge)],
         knowledge=knowledge,
         history_hooks=hooks,
-        checkpointer=saver,
+        checkpointer=backend.checkpointer,
         store=backend.store,
         model_middleware=model_call_middleware(
             timeout_seconds=settings.model_timeout_seconds,
@@ -134,9 +102,7 @@ def build_service(
     )
     return RunService(
         agent=agent,
-        saver=saver,
         backend=backend,
-        retention=backend.retention,
         counter=counter,
         budget=settings.token_budget,
         scope=ThreadScope(settings.thread_scope),
@@ -144,40 +110,34 @@ def build_service(
         prompt=SYSTEM_PROMPT,
         extractor=RuleExtractor() if settings.model == "builtin" else ModelExtractor(model),
         run_timeout=settings.run_timeout_seconds,
+        profile=settings.profile,
     )
+
+
+def _model(settings: Settings) -> BaseChatModel:
+    return build_model(
+        settings.model, settings.model_token_delay_ms, settings.model_timeout_seconds
+    )
+
+
+def _fallback(settings: Settings) -> BaseChatModel | None:
+    return build_fallback(
+        settings.model_fallback, settings.model_token_delay_ms, settings.model_timeout_seconds
+    )
+
+
+def _counter(settings: Settings) -> TokenCounter:
+    return counter_from_name(settings.tokenizer)
 
 
 class Container(containers.DeclarativeContainer):
-    config = providers.Configuration(strict=True)
     settings = providers.Dependency(instance_of=Settings)
 
-    counter = providers.Singleton(counter_from_name, config.tokenizer)
+    counter = providers.Singleton(_counter, settings)
     knowledge = providers.Singleton(KnowledgeBase.from_directory)
-    model = providers.Singleton(
-        build_model, config.model, config.model_token_delay_ms, config.model_timeout_seconds
-    )
-    fallback = providers.Singleton(
-        build_fallback,
-        config.model_fallback,
-        config.model_token_delay_ms,
-        config.model_timeout_seconds,
-    )
-
-    backend = providers.Selector(
-        config.profile,
-        embedded=providers.Resource(embedded_backend, config.data_dir),
-        postgres=providers.Resource(postgres_backend, config.postgres_url),
-        **{
-            "redis-mysql": providers.Resource(
-                redis_mysql_backend,
-                config.redis_url,
-                config.mysql_url,
-                config.checkpoint_ttl_minutes,
-                config.lock_ttl_seconds,
-            )
-        },
-    )
-
+    model = providers.Singleton(_model, settings)
+    fallback = providers.Singleton(_fallback, settings)
+    backend = providers.Resource(backend_resource, settings)
     service = providers.Singleton(
         build_service,
         settings=settings,
@@ -190,6 +150,4 @@ class Container(containers.DeclarativeContainer):
 
 
 def make_container(settings: Settings) -> Container:
-    container = Container(settings=settings)
-    container.config.from_dict(settings.as_config())
-    return container
+    return Container(settings=providers.Object(settings))

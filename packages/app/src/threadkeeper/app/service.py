@@ -8,6 +8,7 @@ atomic runs, storage — happens behind this interface.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from functools import cache
 from typing import Any, Literal, NamedTuple, Protocol
 
 import msgspec
@@ -132,8 +133,7 @@ PROBLEMS: dict[type[DomainError], ProblemSpec] = {
         504,
         "run-timeout",
         "Run timed out",
-        "The run did not finish within THREADKEEPER_RUN_TIMEOUT_SECONDS; the thread is "
-        "unchanged.",
+        "The run did not finish within THREADKEEPER_RUN_TIMEOUT_SECONDS; the thread is unchanged.",
     ),
 }
 """Every domain error the API answers with, one line each (the HTTP layer reads it)."""
@@ -144,24 +144,33 @@ def problem_spec(exc: DomainError) -> ProblemSpec | None:
     return next((PROBLEMS[cls] for cls in type(exc).__mro__ if cls in PROBLEMS), None)
 
 
+_UNREACHABLE = {
+    # module: the exception classes of it that mean "the server cannot be reached"; a
+    # driver that is not installed (its profile's extra left out) is skipped
+    "redis.exceptions": ("ConnectionError", "TimeoutError"),
+    "sqlalchemy.exc": ("OperationalError", "InterfaceError", "TimeoutError"),
+    "psycopg": ("OperationalError",),
+    "psycopg_pool": ("PoolTimeout",),
+}
+
+
+@cache
+def _unreachable() -> tuple[type[BaseException], ...]:
+    import importlib
+
+    found: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for module_name, names in _UNREACHABLE.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        found.extend(getattr(module, name) for name in names)
+    return tuple(found)
+
+
 def storage_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is a storage server that cannot be reached."""
-    import psycopg
-    import psycopg_pool
-    import redis.exceptions
-    import sqlalchemy.exc
-
-    unreachable = (
-        ConnectionError,
-        TimeoutError,
-        redis.exceptions.ConnectionError,
-        redis.exceptions.TimeoutError,
-        sqlalchemy.exc.OperationalError,
-        sqlalchemy.exc.InterfaceError,
-        sqlalchemy.exc.TimeoutError,
-        psycopg.OperationalError,
-        psycopg_pool.PoolTimeout,
-    )
+    unreachable = _unreachable()
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -188,7 +197,52 @@ class RunEvent(msgspec.Struct, frozen=True):
     """One SSE event: ``metadata``, ``messages``, ``custom``, ``end`` or ``error``."""
 
     event: Literal["metadata", "messages", "custom", "end", "error"]
-    data: dict[str, Any]
+    data: dict[str, Any] | RunResultOut
+    """``end``: the run's outcome; any other event: a mapping."""
+
+
+class CitationOut(msgspec.Struct, frozen=True):
+    chunk_id: str
+    doc_id: str
+    title: str
+
+
+class AnswerOut(msgspec.Struct, frozen=True):
+    id: str
+    role: Literal["ai"]
+    content: str
+    citations: list[CitationOut]
+
+
+class UsageOut(msgspec.Struct, frozen=True):
+    input_tokens: int
+    output_tokens: int
+    source: Literal["provider", "counted"]
+    """``provider``: the model's own figures (every call reported them); ``counted``:
+    threadkeeper's count with ``THREADKEEPER_TOKENIZER`` (input as each call's window was
+    counted, output as the replies count)."""
+
+
+class RunResultOut(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A run's outcome: the JSON-mode body of a run, the data of its SSE ``end`` event and
+    what its run record keeps (``RunRecord.response``, as builtins)."""
+
+    run_id: str
+    thread_id: str
+    status: Literal["answered", "clarifying", "escalate"]
+    message: AnswerOut
+    usage: UsageOut
+    handoff_context: dict[str, Any] | None = None
+    """Only with ``status == "escalate"``: conversation_summary, profile, recent_messages."""
+
+
+def stored_result(response: dict[str, Any]) -> RunResultOut:
+    """A run record's ``response`` as the outcome it was (records written before usage had
+    a ``source`` counted their tokens: they say ``counted``)."""
+    usage = response.get("usage")
+    if isinstance(usage, dict) and "source" not in usage:
+        response = {**response, "usage": {**usage, "source": "counted"}}
+    return msgspec.convert(response, RunResultOut)
 
 
 class RunHandle(Protocol):
@@ -202,8 +256,8 @@ class RunHandle(Protocol):
         client gone) cancels the run, which then leaves the thread as it was."""
         ...
 
-    async def result(self) -> dict[str, Any]:
-        """The final body (the ``end`` event's data); waits for the run. Not cancelled by a
+    async def result(self) -> RunResultOut:
+        """The outcome (the ``end`` event's data); waits for the run. Not cancelled by a
         client disconnect.
 
         Raises:

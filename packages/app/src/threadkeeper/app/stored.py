@@ -1,127 +1,33 @@
-"""What the service stored, read back: transcripts, archived messages, memory.
+"""What the service stored, read back — and deleted — through the backend alone.
 
-Used by the run service and by the commands that only read (``replay``, ``export``,
-``doctor``, ``retention --dry-run``), which must not build the agent (LangChain's agent
-factory, the model and the hooks are most of a command's start-up): this module imports
-message types and the domain, nothing heavier.
+``StoredThreads`` is the service's read side: the run service answers ``GET /messages``,
+memory, feedback and deletions through it, and the commands that only read (``replay``,
+``export``, ``doctor``, ``retention --dry-run``) use it without building the agent
+(LangChain's agent factory, the model and the hooks are most of a command's start-up): this
+module imports message types and the domain, nothing heavier, and no profile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-import msgspec
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import BaseMessage
 
-from threadkeeper.app.service import MemoryEntry, MemoryView
+from threadkeeper.app.service import Caller, MemoryEntry, MemoryView
+from threadkeeper.domain import transcript as paging
 from threadkeeper.domain.errors import UnknownThread
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
-from threadkeeper.domain.summary import Summary
-from threadkeeper.domain.tokens import message_text
-from threadkeeper.domain.transcript import (
-    Citation,
-    TranscriptArchive,
-    TranscriptMessage,
-    TranscriptPage,
-    page_messages,
-)
+from threadkeeper.domain.retention import ErasureReceipt
+from threadkeeper.domain.runs import Feedback, RunRecord
+from threadkeeper.domain.threads import ThreadRef, ThreadScope
+from threadkeeper.domain.transcript import TranscriptMessage, TranscriptPage
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # wired with a backend, never importing one
     from langgraph.store.base import BaseStore
 
-
-def stamp_of(message: BaseMessage) -> dict[str, Any]:
-    """What the agent stamped on a message (``response_metadata["threadkeeper"]``)."""
-    value = message.response_metadata.get("threadkeeper")
-    return value if isinstance(value, dict) else {}
-
-
-def to_transcript(messages: Sequence[BaseMessage]) -> list[TranscriptMessage]:
-    """Human messages and AI messages with text, as ``GET /messages`` serves them."""
-    out: list[TranscriptMessage] = []
-    for message in messages:
-        text = message_text(message)
-        meta = stamp_of(message)
-        at = datetime.fromisoformat(meta["at"]) if "at" in meta else datetime.fromtimestamp(0, UTC)
-        if isinstance(message, HumanMessage):
-            out.append(TranscriptMessage(str(message.id), "human", text, at))
-        elif isinstance(message, AIMessage) and text.strip():
-            citations = tuple(
-                Citation(c["chunk_id"], c["doc_id"], c["title"]) for c in meta.get("citations", [])
-            )
-            status = meta.get("status")
-            out.append(
-                TranscriptMessage(
-                    str(message.id), "ai", text, at, citations, str(status) if status else None
-                )
-            )
-    return out
-
-
-def from_transcript(message: TranscriptMessage) -> BaseMessage:
-    """An archived message back as a chat message (cold start), ids, citations and the
-    answer's status kept (the escalation rule counts clarifications by it)."""
-    meta: dict[str, Any] = {"at": message.created_at.isoformat(), "restored": True}
-    if message.role == "human":
-        return HumanMessage(
-            message.content, id=message.id, response_metadata={"threadkeeper": meta}
-        )
-    meta["citations"] = [msgspec.structs.asdict(c) for c in message.citations]
-    if message.status:
-        meta["status"] = message.status
-    return AIMessage(message.content, id=message.id, response_metadata={"threadkeeper": meta})
-
-
-def encode_summary(value: Any) -> str | None:
-    summary = Summary.from_state(value)
-    return None if summary is None else msgspec.json.encode(summary.to_state()).decode()
-
-
-def decode_summary(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    state = msgspec.json.decode(text)
-    summary = Summary.from_state(state) if isinstance(state, dict) else None
-    return None if summary is None else summary.to_state()
-
-
-async def thread_messages(
-    saver: Any, thread_key: str, checkpoint_id: str | None = None
-) -> list[BaseMessage] | None:
-    """The thread's messages at ``checkpoint_id`` (default: the newest checkpoint), read
-    through the saver as the agent's graph reads them; ``None``: no such checkpoint."""
-    configurable: dict[str, Any] = {"thread_id": thread_key, "checkpoint_ns": ""}
-    if checkpoint_id:
-        configurable["checkpoint_id"] = checkpoint_id
-    found = await saver.aget_tuple({"configurable": configurable})
-    if found is None:
-        return None
-    return list(found.checkpoint.get("channel_values", {}).get("messages") or [])
-
-
-async def transcript_page(
-    saver: Any,
-    archive: TranscriptArchive | None,
-    thread_key: str,
-    *,
-    limit: int,
-    before: str | None,
-) -> TranscriptPage:
-    """One page of the thread's transcript: from the archive where the profile has one,
-    else from the checkpoint state.
-
-    Raises:
-        UnknownThread: no such thread (its key in the message).
-        UnknownMessage: ``before`` is not in it.
-    """
-    if archive is not None:
-        return await archive.page(thread_key, limit=limit, before=before)
-    messages = await thread_messages(saver, thread_key)
-    if not messages:
-        raise UnknownThread(thread_key)
-    return page_messages(to_transcript(messages), limit=limit, before=before)
+    from threadkeeper.adapters.profile import Backend
 
 
 async def load_memory(store: BaseStore, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
@@ -153,3 +59,159 @@ async def memory_view(store: BaseStore, tenant_id: str, user_id: str) -> MemoryV
         ]
 
     return MemoryView(profile=entries(MemoryKind.PROFILE), facts=entries(MemoryKind.FACTS))
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A stored run and the messages its model calls were sent, by id, as far as kept."""
+
+    record: RunRecord
+    messages: dict[str, BaseMessage]
+
+
+@dataclass(frozen=True)
+class UserExport:
+    """Everything kept about a user in a tenant."""
+
+    tenant_id: str
+    user_id: str
+    exported_at: datetime
+    threads: list[tuple[str, list[TranscriptMessage]]]
+    """(thread id, its whole transcript oldest first), by thread id; a thread with run
+    records or feedback only has no messages."""
+    memory: MemoryView
+    feedback: list[tuple[str, Feedback]]
+    """(thread id, feedback item), oldest first."""
+
+
+@dataclass(frozen=True)
+class RetentionPreview:
+    """What a retention sweep would delete now (``retention --dry-run``)."""
+
+    thread_keys: list[str]
+    would_delete: ErasureReceipt
+
+
+class StoredThreads:
+    """Reads and deletions of what the service stored, through one opened backend."""
+
+    def __init__(self, backend: Backend, scope: ThreadScope = ThreadScope.USER) -> None:
+        self.backend = backend
+        self.scope = scope
+
+    def ref(self, caller: Caller, thread_id: str) -> ThreadRef:
+        return ThreadRef(caller.tenant_id, caller.user_id, thread_id, self.scope)
+
+    async def messages(
+        self, caller: Caller, thread_id: str, *, limit: int, before: str | None
+    ) -> TranscriptPage:
+        """A page of the transcript (``page_messages``' rule).
+
+        Raises:
+            UnknownThread: no such thread (the caller's id in the message).
+            UnknownMessage: ``before`` is not in it.
+        """
+        key = self.ref(caller, thread_id).key
+        try:
+            return await self.backend.transcript.page(key, limit=limit, before=before)
+        except UnknownThread:
+            raise UnknownThread(thread_id) from None  # the caller's id, not the storage key
+
+    async def transcript(self, caller: Caller, thread_id: str) -> list[TranscriptMessage]:
+        """The whole transcript, oldest first (empty: no such thread)."""
+        messages: list[TranscriptMessage] = []
+        before: str | None = None
+        while True:
+            try:
+                page = await self.messages(caller, thread_id, limit=paging.MAX_PAGE, before=before)
+            except UnknownThread:
+                return messages
+            messages[:0] = page.messages
+            if page.next_before is None:
+                return messages
+            before = page.next_before
+
+    async def memory(self, caller: Caller) -> MemoryView:
+        return await memory_view(self.backend.store, caller.tenant_id, caller.user_id)
+
+    async def replay(self, caller: Caller, thread_id: str, run_id: str) -> Replay | None:
+        """The run ``run_id`` of the thread and what its model calls were sent (``None``: no
+        such run)."""
+        key = self.ref(caller, thread_id).key
+        record = await self.backend.runs.get(key, run_id)
+        if record is None:
+            return None
+        ids = [i for call in record.model_calls for i in call.message_ids]
+        messages = await self.backend.transcript.replay_messages(key, record.checkpoint_id, ids)
+        return Replay(record, messages)
+
+    async def thread_ids(self, tenant_id: str, user_id: str) -> list[str]:
+        """The ids of every thread the user has in the tenant, sorted."""
+        keys = await self.backend.retention.user_thread_keys(tenant_id, user_id)
+        refs = (ThreadRef.of_key(key, tenant_id, user_id, self.scope) for key in keys)
+        return sorted(ref.thread_id for ref in refs if ref is not None)
+
+    async def export(self, tenant_id: str, user_id: str) -> UserExport:
+        """Everything kept about the user in the tenant, read as the HTTP API reads it."""
+        caller = Caller(tenant_id, user_id)
+        threads = [
+            (thread_id, await self.transcript(caller, thread_id))
+            for thread_id in await self.thread_ids(tenant_id, user_id)
+        ]
+        feedback = []
+        for item in await self.backend.runs.user_feedback(tenant_id, user_id):
+            ref = ThreadRef.of_key(item.thread_key, tenant_id, user_id, self.scope)
+            feedback.append((ref.thread_id if ref else item.thread_key, item))
+        return UserExport(
+            tenant_id=tenant_id,
+            user_id=user_id,
+            exported_at=datetime.now(UTC),
+            threads=threads,
+            memory=await self.memory(caller),
+            feedback=feedback,
+        )
+
+    async def retention_preview(self, cutoff: datetime) -> RetentionPreview:
+        """The threads idle since before ``cutoff`` and what deleting them would delete."""
+        keys = await self.backend.retention.idle_threads(cutoff, limit=2**31 - 1)
+        return RetentionPreview(keys, await self.backend.retention.would_delete(keys))
+
+    async def delete_thread(self, caller: Caller, thread_id: str) -> None:
+        await self.backend.retention.delete_thread(self.ref(caller, thread_id).key)
+
+    async def add_feedback(
+        self, caller: Caller, thread_id: str, run_id: str, score: int, comment: str | None
+    ) -> None:
+        ref = self.ref(caller, thread_id)
+        await self.backend.runs.add_feedback(
+            Feedback(
+                run_id=run_id,
+                thread_key=ref.key,
+                tenant_id=ref.tenant_id,
+                user_id=ref.user_id,
+                score=cast("Any", score),
+                comment=comment,
+                at=datetime.now(UTC),
+            )
+        )
+
+    async def reset_memory(self, caller: Caller) -> int:
+        """Delete the user's memory, and what their run records hold of it (the memory block
+        of the stored prompts, the profile of stored escalations)."""
+        return await self.backend.retention.reset_memory(caller.tenant_id, caller.user_id)
+
+    async def erase_user(self, caller: Caller) -> ErasureReceipt:
+        return await self.backend.retention.erase_user(caller.tenant_id, caller.user_id)
+
+    async def ready(self) -> dict[str, str]:
+        return await self.backend.health()
+
+
+__all__ = [
+    "Replay",
+    "RetentionPreview",
+    "StoredThreads",
+    "UserExport",
+    "load_memory",
+    "memory_view",
+]

@@ -12,14 +12,14 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from threadkeeper.domain.retention import Retention, SweepReport, sweep
+from threadkeeper.domain.retention import Sweepable, SweepReport, sweep
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class RetentionSweeper:
-    retention: Retention
+    retention: Sweepable
     older_than: timedelta
     interval: timedelta
     batch: int = 500

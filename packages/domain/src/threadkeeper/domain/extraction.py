@@ -19,9 +19,10 @@ comes from a closed vocabulary and carries no personal data by construction. The
 (``MemoryRules.plan``) still check every candidate. The assistant's answer is not read: what
 the assistant said is not something the user told us.
 
-Text is folded before matching: NFKC, Arabic letter variants to Persian (ي→ی, ك→ک ...), the
-half-space (ZWNJ) to a space, Arabic diacritics and tatweel dropped, Persian and Arabic-Indic
-digits to ASCII, lower case.
+Text is folded before matching (:func:`threadkeeper.domain.text.fold`): NFKC, Arabic letter
+variants to Persian (ي→ی, ك→ک, آ→ا ...), the half-space (ZWNJ) to a space, Arabic diacritics
+and tatweel dropped, Persian and Arabic-Indic digits to ASCII, case-folded, whitespace
+squeezed. The Persian phrases of the lexicons are folded the same way.
 
 Pure domain code: standard library, ``threadkeeper.domain`` and ``langchain_core.messages``.
 """
@@ -29,7 +30,6 @@ Pure domain code: standard library, ``threadkeeper.domain`` and ``langchain_core
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +44,7 @@ from threadkeeper.domain.memory import (
     MemoryWritePlan,
     Provenance,
 )
+from threadkeeper.domain.text import ARABIC_LETTER_CLASS, HAN_CLASS, fold
 
 __all__ = [
     "FORMALITY_KEY",
@@ -60,7 +61,6 @@ __all__ = [
     "extract_and_plan",
     "extract_memory",
     "merge_household",
-    "normalize_text",
 ]
 
 LANGUAGE_KEY: Final = "language"
@@ -91,40 +91,11 @@ class RoundText:
 
 
 # ============================================================================================
-# Normalization
+# Matching
 # ============================================================================================
 
-_FOLD: Final[dict[int, int | None]] = {
-    **{0x06F0 + i: 0x30 + i for i in range(10)},  # Persian ۰-۹
-    **{0x0660 + i: 0x30 + i for i in range(10)},  # Arabic-Indic ٠-٩
-    **dict.fromkeys(range(0x064B, 0x0653)),  # harakat (fathatan ... sukun, shadda)
-    0x0670: None,  # superscript alef
-    0x0640: None,  # tatweel
-    0x064A: 0x06CC,  # Arabic yeh ي -> Persian yeh ی
-    0x0649: 0x06CC,  # alef maksura ى -> ی
-    0x0643: 0x06A9,  # Arabic kaf ك -> Persian kaf ک
-    0x06C0: 0x0647,  # ۀ -> ه
-    0x0629: 0x0647,  # ة -> ه
-    0x0623: 0x0627,  # أ -> ا
-    0x0625: 0x0627,  # إ -> ا
-    0x200C: 0x20,  # ZWNJ (Persian half-space) -> space
-    0x200D: None,  # ZWJ
-    0x200F: None,  # right-to-left mark
-    0x200E: None,  # left-to-right mark
-    0x2019: 0x27,  # ’ -> '
-    0x2018: 0x27,  # ‘ -> '
-}
-_SPACES: Final = re.compile(r"\s+")
-
-
-def normalize_text(text: str) -> str:
-    """The folded text every rule matches against (see the module docstring)."""
-    folded = unicodedata.normalize("NFKC", text).translate(_FOLD).lower()
-    return _SPACES.sub(" ", folded).strip()
-
-
 # Arabic-script letters (Persian included), after folding.
-_FA_LETTER: Final = r"[\u0620-\u064a\u066e\u066f\u0671-\u06d3\u06d5\u06ee\u06ef\u06fa-\u06ff]"
+_FA_LETTER: Final = f"[{ARABIC_LETTER_CLASS}]"
 _FA_BEFORE: Final = rf"(?<!{_FA_LETTER})"
 _FA_AFTER: Final = rf"(?!{_FA_LETTER})"
 _EN_BEFORE: Final = r"(?<![a-z0-9])"
@@ -132,8 +103,9 @@ _EN_AFTER: Final = r"(?![a-z0-9])"
 
 
 def _fa(phrase: str) -> str:
-    """A Persian phrase as a pattern: a space may be absent, a space or a (folded) half-space."""
-    return r"\s*".join(re.escape(part) for part in phrase.split())
+    """A Persian phrase as a pattern: a space may be absent, a space or a (folded) half-space.
+    The phrase is folded like the text it is matched against (``آتش`` is ``اتش``)."""
+    return r"\s*".join(re.escape(part) for part in fold(phrase).split())
 
 
 def _en(phrase: str) -> str:
@@ -151,8 +123,8 @@ def _alternation(patterns: Iterable[str]) -> str:
 # ============================================================================================
 
 _WORD_RUN: Final = re.compile(
-    r"(?P<fa>[\u0620-\u064a\u066e-\u06d3\u06d5\u06ee\u06ef\u06fa-\u06ff]+)"
-    r"|(?P<zh>[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff])"
+    rf"(?P<fa>{_FA_LETTER}+)"
+    rf"|(?P<zh>[{HAN_CLASS}])"
     r"|(?P<en>[a-z]+)"
     r"|(?P<other>[^\W\d_]+)"
 )
@@ -170,7 +142,7 @@ def detect_language(text: str) -> str | None:
     Persian; any other script (Cyrillic, kana, accented Latin words ...) counts against
     certainty.
     """
-    low = normalize_text(text)
+    low = fold(text)
     weight = {"fa": 0.0, "zh": 0.0, "en": 0.0, "other": 0.0}
     letters = {"fa": 0, "zh": 0, "en": 0, "other": 0}
     for match in _WORD_RUN.finditer(low):
@@ -252,7 +224,7 @@ def detect_formality(text: str) -> str | None:
     none at all) gives ``None``. In Chinese, 你 is the ordinary "you": it is informal only with
     a casual sentence-final particle (啊 呀 哈 吧 啦).
     """
-    low = normalize_text(text)
+    low = fold(text)
     formal = sum(1 for _ in _FORMAL_RE.finditer(low))
     informal = sum(1 for _ in _INFORMAL_RE.finditer(low))
     if _ZH_YOU.search(low) and _ZH_PARTICLE.search(low):
@@ -494,7 +466,7 @@ def detect_products(text: str) -> list[Product]:
     Overlapping names resolve leftmost-longest: "بیمه درمان تکمیلی" is supplementary health
     insurance, not also health insurance; "pet health insurance" is pet insurance.
     """
-    low = normalize_text(text)
+    low = fold(text)
     spans: list[tuple[int, int, Product]] = []
     for product, regex in _PRODUCT_RES:
         spans.extend(
@@ -646,7 +618,7 @@ _FA_MARRIED_RE: Final = re.compile(
 _FA_SINGLE_RE: Final = re.compile(
     _FA_BEFORE + r"(?:مجرد\s*(?:هستم|ام|م)|متاهل\s*نیستم|ازدواج\s*(?:نکردم|نکرده\s*ام))" + _FA_AFTER
 )
-_FA_ALONE_RE: Final = re.compile(_FA_BEFORE + r"تنها(?:یی|ئی)?\s*زندگی\s*می\s*کنم" + _FA_AFTER)
+_FA_ALONE_RE: Final = re.compile(_FA_BEFORE + r"تنها(?:یی)?\s*زندگی\s*می\s*کنم" + _FA_AFTER)
 
 # --- Chinese ---
 _ZH_NUM: Final = r"(?:\d{1,2}|[" + "".join(_ZH_NUMBERS) + "])"
@@ -724,7 +696,7 @@ def detect_household(text: str) -> str | None:
     about someone else ("my friend has two kids", "دوستم دو بچه دارد", "我朋友有两个孩子")
     give nothing; health, names and ages are never part of the summary.
     """
-    low = normalize_text(text)
+    low = fold(text)
     married = any(r.search(low) for r in (_EN_MARRIED_RE, _FA_MARRIED_RE, _ZH_MARRIED_RE))
     single = any(r.search(low) for r in (_EN_SINGLE_RE, _FA_SINGLE_RE, _ZH_SINGLE_RE))
     alone = any(r.search(low) for r in (_EN_ALONE_RE, _FA_ALONE_RE, _ZH_ALONE_RE))

@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 import msgspec
 
@@ -63,6 +64,16 @@ class Retention(ABC):
         """Delete every thread, memory item, feedback and run record of the user."""
 
 
+class Sweepable(Protocol):
+    """What a sweep needs of a ``Retention`` (any object with these two methods)."""
+
+    async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]: ...
+
+    async def delete_threads(
+        self, thread_keys: Sequence[str], *, idle_before: datetime | None = None
+    ) -> ErasureReceipt: ...
+
+
 class HeldDeletion(Retention):
     """Deletion of threads under their run lock, shared by the storage adapters.
 
@@ -109,7 +120,7 @@ class HeldDeletion(Retention):
 
 
 async def sweep(
-    retention: Retention,
+    retention: Sweepable,
     *,
     now: datetime,
     older_than: timedelta,

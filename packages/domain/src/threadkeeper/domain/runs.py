@@ -165,6 +165,18 @@ class RunRecords(ABC):
         """
 
     @abstractmethod
+    async def feedback_count(self, thread_key: str) -> int:
+        """How many feedback items the thread has (what deleting it deletes)."""
+
+    @abstractmethod
+    async def user_feedback(self, tenant_id: str, user_id: str) -> list[Feedback]:
+        """The user's feedback in the tenant, oldest first (export)."""
+
+    @abstractmethod
+    async def user_threads(self, tenant_id: str, user_id: str) -> list[str]:
+        """Keys of the threads with run records of the user in the tenant."""
+
+    @abstractmethod
     async def delete_thread(self, thread_key: str) -> tuple[int, int]:
         """Delete the thread's run records and feedback: (runs, feedback) deleted."""
 
@@ -207,6 +219,24 @@ class InMemoryRunRecords(RunRecords):
         if (feedback.thread_key, feedback.run_id) not in self._runs:
             raise UnknownRun(feedback.run_id)
         self._feedback[(feedback.thread_key, feedback.run_id)] = feedback
+
+    async def feedback_count(self, thread_key: str) -> int:
+        return sum(1 for key in self._feedback if key[0] == thread_key)
+
+    async def user_feedback(self, tenant_id: str, user_id: str) -> list[Feedback]:
+        mine = [
+            f for f in self._feedback.values() if (f.tenant_id, f.user_id) == (tenant_id, user_id)
+        ]
+        return sorted(mine, key=lambda f: (f.at, f.run_id))
+
+    async def user_threads(self, tenant_id: str, user_id: str) -> list[str]:
+        return sorted(
+            {
+                r.thread_key
+                for r in self._runs.values()
+                if (r.tenant_id, r.user_id) == (tenant_id, user_id)
+            }
+        )
 
     async def delete_thread(self, thread_key: str) -> tuple[int, int]:
         with self._mutex:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from threadkeeper.domain.tokens import TokenCounter, message_text
@@ -36,6 +37,21 @@ class Summary:
         if not value:
             return None
         return cls(str(value["text"]), int(value["version"]), value.get("through_id"))
+
+
+def encode_summary(value: Mapping[str, Any] | None) -> str | None:
+    """A state summary as text (the archive keeps it with the round that produced it)."""
+    summary = Summary.from_state(value)
+    return None if summary is None else msgspec.json.encode(summary.to_state()).decode()
+
+
+def decode_summary(text: str | None) -> dict[str, Any] | None:
+    """``encode_summary``'s text back as state (``None``: none, or not a summary)."""
+    if not text:
+        return None
+    state = msgspec.json.decode(text)
+    summary = Summary.from_state(state) if isinstance(state, dict) else None
+    return None if summary is None else summary.to_state()
 
 
 class Summarizer(Protocol):

@@ -11,8 +11,20 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-TENANT_OR_USER_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-THREAD_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+def _not_a_dot_segment(chars: str) -> str:
+    """1..128 of ``chars`` (a character class body that includes ``.``), but not ``.`` or
+    ``..``: a client removes those segments from a path (RFC 3986 §5.2.4), so an id that is
+    one could never be named in a URL. Spelled without lookaheads: the pattern is also the
+    OpenAPI document's (ECMA-262) and schemathesis generates from it."""
+    other = chars.replace(".", "")
+    return (
+        f"^(?:[{other}][{chars}]{{0,127}}|\\.[{other}][{chars}]{{0,126}}|\\.\\.[{chars}]{{1,126}})$"
+    )
+
+
+TENANT_OR_USER_ID = re.compile(_not_a_dot_segment("A-Za-z0-9._-"))
+THREAD_ID = re.compile(_not_a_dot_segment("A-Za-z0-9._:-"))
 
 
 class ThreadScope(StrEnum):
@@ -44,3 +56,17 @@ class ThreadRef:
         if self.scope is ThreadScope.USER:
             return f"{self.tenant_id}:{self.user_id}:{self.thread_id}"
         return f"{self.tenant_id}:{self.thread_id}"
+
+    @classmethod
+    def of_key(
+        cls, key: str, tenant_id: str, user_id: str, scope: ThreadScope = ThreadScope.USER
+    ) -> ThreadRef | None:
+        """The caller's thread behind storage key ``key`` (``None``: not a key of this
+        tenant and user — in scope ``global`` every thread of the tenant is the user's)."""
+        prefix = f"{tenant_id}:{user_id}:" if scope is ThreadScope.USER else f"{tenant_id}:"
+        if not key.startswith(prefix):
+            return None
+        try:
+            return cls(tenant_id, user_id, key.removeprefix(prefix), scope)
+        except ValueError:
+            return None

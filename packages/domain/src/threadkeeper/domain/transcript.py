@@ -11,12 +11,14 @@ import json
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from threadkeeper.domain.errors import UnknownMessage, UnknownThread
+from threadkeeper.domain.tokens import message_text
 
 MAX_PAGE = 100
 
@@ -138,6 +140,10 @@ class TranscriptArchive(ABC):
         """The rolling summary stored with the thread's newest round that has one."""
 
     @abstractmethod
+    async def count(self, thread_key: str) -> int:
+        """How many messages the thread has archived (what deleting it deletes)."""
+
+    @abstractmethod
     async def delete_thread(self, thread_key: str) -> int:
         """Delete the thread's rounds; the number of messages deleted (0 when already gone)."""
 
@@ -190,6 +196,9 @@ class InMemoryTranscriptArchive(TranscriptArchive):
                 return round_.summary
         return None
 
+    async def count(self, thread_key: str) -> int:
+        return len(self._messages(thread_key))
+
     async def delete_thread(self, thread_key: str) -> int:
         with self._mutex:
             rounds = self._rounds.pop(thread_key, [])
@@ -208,3 +217,46 @@ class InMemoryTranscriptArchive(TranscriptArchive):
         for key in keys:
             messages += await self.delete_thread(key)
         return len(keys), messages
+
+
+def stamp_of(message: BaseMessage) -> dict[str, Any]:
+    """What the agent stamped on a message (``response_metadata["threadkeeper"]``: its time,
+    an answer's status and citations)."""
+    value = message.response_metadata.get("threadkeeper")
+    return value if isinstance(value, dict) else {}
+
+
+def to_transcript(messages: Sequence[BaseMessage]) -> list[TranscriptMessage]:
+    """Human messages and AI messages with text, as ``GET /messages`` serves them."""
+    out: list[TranscriptMessage] = []
+    for message in messages:
+        text = message_text(message)
+        meta = stamp_of(message)
+        at = datetime.fromisoformat(meta["at"]) if "at" in meta else datetime.fromtimestamp(0, UTC)
+        if isinstance(message, HumanMessage):
+            out.append(TranscriptMessage(str(message.id), "human", text, at))
+        elif isinstance(message, AIMessage) and text.strip():
+            citations = tuple(
+                Citation(c["chunk_id"], c["doc_id"], c["title"]) for c in meta.get("citations", [])
+            )
+            status = meta.get("status")
+            out.append(
+                TranscriptMessage(
+                    str(message.id), "ai", text, at, citations, str(status) if status else None
+                )
+            )
+    return out
+
+
+def from_transcript(message: TranscriptMessage) -> BaseMessage:
+    """An archived message back as a chat message (cold start), ids, citations and the
+    answer's status kept (the escalation rule counts clarifications by it)."""
+    meta: dict[str, Any] = {"at": message.created_at.isoformat(), "restored": True}
+    if message.role == "human":
+        return HumanMessage(
+            message.content, id=message.id, response_metadata={"threadkeeper": meta}
+        )
+    meta["citations"] = [msgspec.structs.asdict(c) for c in message.citations]
+    if message.status:
+        meta["status"] = message.status
+    return AIMessage(message.content, id=message.id, response_metadata={"threadkeeper": meta})

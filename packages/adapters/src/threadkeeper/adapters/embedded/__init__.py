@@ -1,261 +1,63 @@
-"""The embedded profile: SQLite under ``THREADKEEPER_DATA_DIR``, one process.
+"""The embedded profile: SQLite under ``THREADKEEPER_DATA_DIR``, one process (``backend``).
 
-One database file holds the checkpoints (``AsyncSqliteSaver``), the memory store
-(``AsyncSqliteStore``) and threadkeeper's own tables (run records, feedback, run claims).
-Tables are set up at start (the no-DDL-at-start rule is for the server profiles). The run
-lock is in-process, which is correct only because ``serve`` holds an exclusive lock on the
-data directory: a second process refuses to start.
-
-One connection, one writer. SQLite lets one connection write at a time, and a transaction
-that read before it writes cannot wait for the lock: it fails at once with "database is
-locked" (the store's batches do exactly that — ``BEGIN``, a search, then a put). With three
-connections (saver, store, run records) a few concurrent runs were enough to fail runs, some
-after their round was stored. So the saver, the store and threadkeeper's tables share one
-connection in autocommit mode and one ``asyncio.Lock`` held for each statement or
-transaction (``guard``): statements run one after another and never contend for SQLite's
-lock. A round is one ``BEGIN IMMEDIATE`` transaction on it (``SqliteRoundStore``).
+This package is light — its settings and ``PROFILE`` — so that reading the configuration
+never imports a driver; what opens the data (``open_embedded``, ``EmbeddedBackend``, …) is in
+``backend`` and is importable from here as before.
 """
 
 from __future__ import annotations
 
-import asyncio
-import fcntl
-import json
-import os
+import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from langgraph.checkpoint.base import WRITES_IDX_MAP, get_checkpoint_metadata
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph.store.sqlite.aio import AsyncSqliteStore
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import StaticPool
+from threadkeeper.adapters.embedded.settings import EmbeddedSettings
+from threadkeeper.adapters.profile import Backend, Profile
 
-from threadkeeper.adapters.atomic import StagedPut
-from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
-from threadkeeper.adapters.rounds import RoundStore, RoundWrite
-from threadkeeper.adapters.sql import (
-    SqlAccess,
-    SqlRunFences,
-    SqlRunRecords,
-    check_claim,
-    insert_record,
-)
-from threadkeeper.domain.locks import ClaimedLock, InMemoryRunLock
-
-DATABASE = "threadkeeper.sqlite3"
-LOCK_FILE = "threadkeeper.lock"
-
-
-class DataDirBusy(RuntimeError):
-    """Another process serves this data directory."""
-
-
-class DataDirLock:
-    """An exclusive ``flock`` on ``<data_dir>/threadkeeper.lock`` (released when the process
-    ends, however it ends)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / LOCK_FILE
-        self._file: IO[str] | None = None
-
-    def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = self.path.open("a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise DataDirBusy(
-                f"{self.path.parent} is in use by process {holder}; the embedded profile "
-                "serves one process per data directory (set THREADKEEPER_DATA_DIR to another "
-                "directory, or use the postgres or redis-mysql profile to scale out)"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        self._file = handle
-
-    def release(self) -> None:
-        if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
-
-
-BUSY_TIMEOUT_MS = 30_000
-"""Only another process (``threadkeeper export`` beside the server, a backup) can hold
-SQLite's lock: wait for it rather than fail."""
-
-_CHECKPOINT = (
-    "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-    "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-_WRITES = (
-    "INSERT OR {verb} INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-    "task_path, idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-
-
-class SqliteRoundStore(RoundStore):
-    """A round in one ``BEGIN IMMEDIATE`` transaction: the claim checked, the staged
-    checkpoints and writes stored as ``AsyncSqliteSaver`` stores them, the run record."""
-
-    def __init__(self, access: SqlAccess, saver: AsyncSqliteSaver) -> None:
-        self.access = access
-        self.saver = saver
-
-    async def commit(self, write: RoundWrite) -> str | None:
-        serde = self.saver.serde
-        async with self.access.begin() as conn:
-            await check_claim(conn, write.thread_key, write.claim)
-            for op in write.staging.log:
-                configurable = op.config["configurable"]
-                thread_id = str(configurable["thread_id"])
-                namespace = str(configurable.get("checkpoint_ns", ""))
-                if isinstance(op, StagedPut):
-                    type_, blob = serde.dumps_typed(op.checkpoint)
-                    metadata = json.dumps(
-                        get_checkpoint_metadata(op.config, op.metadata), ensure_ascii=False
-                    ).encode("utf-8", "ignore")
-                    await conn.exec_driver_sql(
-                        _CHECKPOINT,
-                        (
-                            thread_id,
-                            namespace,
-                            op.checkpoint["id"],
-                            configurable.get("checkpoint_id"),
-                            type_,
-                            blob,
-                            metadata,
-                        ),
-                    )
-                else:
-                    replace = all(channel in WRITES_IDX_MAP for channel, _ in op.writes)
-                    await conn.exec_driver_sql(
-                        _WRITES.format(verb="REPLACE" if replace else "IGNORE"),
-                        [
-                            (
-                                thread_id,
-                                namespace,
-                                str(configurable["checkpoint_id"]),
-                                op.task_id,
-                                op.task_path,
-                                WRITES_IDX_MAP.get(channel, index),
-                                channel,
-                                *serde.dumps_typed(value),
-                            )
-                            for index, (channel, value) in enumerate(op.writes)
-                        ],
-                    )
-            await insert_record(conn, write.stored_record())
-        return write.checkpoint_id()
-
-
-@dataclass
-class EmbeddedBackend:
-    """Everything the embedded profile stores, opened on one data directory."""
-
-    data_dir: Path
-    saver: AsyncSqliteSaver
-    store: AsyncSqliteStore
-    engine: AsyncEngine
-    runs: SqlRunRecords
-    fences: SqlRunFences
-    rounds: SqliteRoundStore
-    lock: ClaimedLock
-    """In process (one process per data directory), with the claims in SQLite."""
-    retention: CheckpointRetention
-    guard: asyncio.Lock
-    """Held for every use of the one connection (see the module docstring)."""
-    profile: str = "embedded"
-    archive: None = None
-    """No separate archive: the transcript is the checkpoint state."""
-
-    async def after_commit(self, thread_key: str) -> None:
-        """Nothing: the embedded profile keeps every checkpoint of a thread."""
-
-    async def health(self) -> dict[str, str]:
-        try:
-            async with self.guard:
-                await self.saver.conn.execute("SELECT 1")
-        except Exception as exc:  # pragma: no cover - depends on the file system
-            return {"sqlite": f"error: {exc}"}
-        return {"sqlite": "ok"}
-
-
-def sqlite_engine(path: Path) -> AsyncEngine:
-    """One connection (``StaticPool``) in autocommit mode; SQLAlchemy's transactions start
-    with ``BEGIN IMMEDIATE`` (SQLAlchemy's recipe for transactions on pysqlite)."""
-    engine = create_async_engine(
-        f"sqlite+aiosqlite:///{path}",
-        poolclass=StaticPool,
-        pool_reset_on_return=None,  # never ROLLBACK under the store's open transaction
-        connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+if TYPE_CHECKING:
+    from threadkeeper.adapters.embedded.backend import (
+        DataDirBusy,
+        EmbeddedBackend,
+        SqliteRoundStore,
+        open_embedded,
     )
 
-    @event.listens_for(engine.sync_engine, "connect")
-    def _connect(dbapi_connection: Any, _: Any) -> None:
-        dbapi_connection.isolation_level = None  # autocommit; transactions are explicit
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        cursor.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
+__all__ = ["PROFILE", "DataDirBusy", "EmbeddedBackend", "SqliteRoundStore", "open_embedded"]
 
 
-def _prepare(data_dir: Path, *, exclusive: bool) -> tuple[Path, DataDirLock]:
-    root = data_dir.resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    guard = DataDirLock(root)
-    if exclusive:
-        guard.acquire()
-    return root, guard
+class EmbeddedProfile(Profile):
+    name = "embedded"
+
+    @asynccontextmanager
+    async def open(
+        self, settings: EmbeddedSettings, *, exclusive: bool = True
+    ) -> AsyncIterator[Backend]:
+        from threadkeeper.adapters.embedded.backend import open_embedded
+
+        async with open_embedded(settings.data_dir, exclusive=exclusive) as backend:
+            yield backend
+
+    def storage(self, settings: EmbeddedSettings) -> str:
+        return settings.data_dir
+
+    def startup_problem(self, exc: BaseException) -> str | None:
+        from threadkeeper.adapters.embedded.backend import DataDirBusy
+
+        return " ".join(str(exc).split()) if isinstance(exc, DataDirBusy) else None
 
 
-@asynccontextmanager
-async def open_embedded(data_dir: str | Path, *, exclusive: bool = True) -> AsyncIterator[Any]:
-    """Open (and set up) the embedded store; with ``exclusive`` take the data-dir lock."""
-    root, dir_lock = _prepare(Path(data_dir), exclusive=exclusive)
-    engine = sqlite_engine(root / DATABASE)
-    try:
-        async with engine.connect() as conn:  # the one connection, kept by the StaticPool
-            connection = cast("Any", (await conn.get_raw_connection()).driver_connection)
-        guard = asyncio.Lock()
-        saver = AsyncSqliteSaver(connection)
-        saver.lock = guard
-        await saver.setup()
-        store = AsyncSqliteStore(connection)
-        store.lock = guard
-        await store.setup()
-        runs = SqlRunRecords(engine, guard)
-        await runs.create_tables()
-        fences = SqlRunFences(engine, guard)
-        lock = ClaimedLock(InMemoryRunLock(), fences)
-        yield EmbeddedBackend(
-            data_dir=root,
-            saver=saver,
-            store=store,
-            engine=engine,
-            runs=runs,
-            fences=fences,
-            rounds=SqliteRoundStore(runs, saver),
-            lock=lock,
-            retention=CheckpointRetention(saver, store, runs, lock, fences),
-            guard=guard,
-        )
-    finally:
-        await engine.dispose()
-        dir_lock.release()
+_LAZY = ("backend",)
+
+PROFILE = EmbeddedProfile()
+
+
+def __getattr__(name: str) -> Any:
+    """What opens the data, imported when first asked for (``from …embedded import open_…``)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    for module in _LAZY:
+        found = importlib.import_module(f"threadkeeper.adapters.embedded.{module}")
+        if hasattr(found, name):
+            return getattr(found, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

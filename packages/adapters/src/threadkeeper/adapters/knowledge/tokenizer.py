@@ -3,14 +3,18 @@
 BM25 only matches tokens that are equal, so the documents and the queries go through exactly the
 same steps. Nothing is downloaded and no dictionary is needed; the rules are:
 
-1. **Normalize** (:func:`normalize`): Unicode NFKC (full-width Latin letters and digits become
-   ASCII, Arabic presentation forms become letters), ``str.casefold`` (lowercase), then the
-   Persian/Arabic spelling variants fold together, as Lucene's ``PersianAnalyzer`` does: Arabic
-   yeh ``ي``/``ى`` → ``ی``, Arabic kaf ``ك`` → ``ک``, ``ۀ``/``ة`` → ``ه``, ``أ``/``إ``/``آ``/``ٱ``
-   → ``ا``; Persian ``۰``-``۹`` and Arabic-Indic ``٠``-``٩`` digits → ``0``-``9``; the zero-width
-   non-joiner U+200C (and ZWJ, bidi marks, tatweel, soft hyphen) and the Arabic diacritics
-   (harakat, U+064B-U+065F, U+0670) are removed, so ``هزینه‌ها`` and ``هزینهها`` are one word.
-2. **Split** into runs of CJK ideographs and runs of other letters/digits; everything else
+1. **Normalize** (:func:`normalize`): :func:`threadkeeper.domain.text.fold`, the one fa/zh/en
+   folding every rule uses: Unicode NFKC (full-width Latin letters and digits become ASCII,
+   Arabic presentation forms become letters), ``str.casefold`` (lowercase), then the
+   Persian/Arabic spelling variants fold together, as Lucene's ``PersianAnalyzer`` does and
+   more: Arabic yeh ``ي``/``ى`` and ``ئ`` → ``ی``, Arabic kaf ``ك`` → ``ک``, ``ۀ``/``ة`` → ``ه``,
+   ``أ``/``إ``/``آ``/``ٱ`` → ``ا``, ``ؤ`` → ``و``; Persian ``۰``-``۹`` and Arabic-Indic
+   ``٠``-``٩`` digits → ``0``-``9``; ZWJ, bidi marks, tatweel, soft hyphen and the Arabic
+   diacritics (harakat U+064B-U+065F, U+0670, Quranic marks) are removed. The zero-width
+   non-joiner U+200C is removed too (``zwnj="join"``), so ``هزینه‌ها`` and ``هزینهها`` are one
+   word.
+2. **Split** into runs of CJK characters (:data:`threadkeeper.domain.text.CJK_RANGES`: Han
+   ideographs of every plane, and kana) and runs of other letters/digits; everything else
    (spaces, punctuation, ``_``, ``-``, Persian ``،``) separates tokens.
 3. **Chinese** runs: overlapping character **bigrams** (``种植牙`` → ``种植 植牙``); a run of a
    single character is kept as a unigram. A few very frequent function characters
@@ -24,12 +28,14 @@ same steps. Nothing is downloaded and no dictionary is needed; the rules are:
    unknown word or a typo costs one bigram instead of the whole query. The price — a few
    meaningless bigrams across word boundaries — is small in BM25, because they are rare and
    queries seldom contain them.
-4. **Persian and English** words: stop words (:data:`FA_STOPWORDS`, :data:`EN_STOPWORDS`) and
-   one-letter words are dropped, then a tiny suffix stemmer folds plurals and a few inflections
-   (Persian plural ``ها``/``های``/``هایی``, else a final ``ی``: ``ویزای`` → ``ویزا``; English
+4. **Persian and English** words: stop words (:data:`FA_STOPWORDS`, :data:`EN_STOPWORDS`, the
+   function words of :mod:`threadkeeper.domain.text`) and one-letter words are dropped, then a
+   tiny suffix stemmer folds plurals and a few inflections (Persian plural
+   ``ها``/``های``/``هایی``, else a final ``ی``: ``ویزای`` → ``ویزا``; English
    ``-s``/``-es``/``-ies``/``-ed``/``-ing`` and a final ``e``). Digit runs are kept (``14`` days;
    ``30,000`` gives ``30`` ``000``), in every script, so ``۱۴`` matches ``14``.
-   Words of other scripts (Cyrillic, Hangul, …) are kept as they are.
+   Words of other scripts (Cyrillic, Hangul, …) are kept as they are; kana runs are cut into
+   bigrams like Chinese ones.
 
 bm25s' own tokenizer is not used: its stop words and stemmer are English-only and it splits on
 ``\\w`` runs, which would make every Chinese sentence one token.
@@ -38,8 +44,17 @@ bm25s' own tokenizer is not used: its stop words and stemmer are English-only an
 from __future__ import annotations
 
 import re
-import unicodedata
 from functools import lru_cache
+
+from threadkeeper.domain.text import (
+    ARABIC_CLASS,
+    CJK_CLASS,
+    EN_STOPWORDS,
+    FA_STOPWORDS,
+    ZH_STOP_CHARS,
+    ZH_STOP_WORDS,
+    fold,
+)
 
 __all__ = [
     "EN_STOPWORDS",
@@ -50,76 +65,15 @@ __all__ = [
     "tokenize",
 ]
 
-_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
 # findall gives (cjk_run, "") or ("", word) pairs; it is 3x faster than finditer + group().
-_TOKEN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
-_ARABIC_SCRIPT = re.compile(r"[\u0600-\u06ff\u0750-\u077f\ufb50-\ufdff\ufe70-\ufeff]")
-
-_FOLD: tuple[tuple[str, str], ...] = (
-    ("ي", "ی"),
-    ("ى", "ی"),
-    ("ك", "ک"),
-    ("ۀ", "ه"),
-    ("ة", "ه"),
-    ("أ", "ا"),
-    ("إ", "ا"),
-    ("آ", "ا"),
-    ("ٱ", "ا"),
-    *((chr(0x06F0 + d), str(d)) for d in range(10)),  # Persian digits
-    *((chr(0x0660 + d), str(d)) for d in range(10)),  # Arabic-Indic digits
-    *((chr(c), "") for c in range(0x064B, 0x0660)),  # harakat, shadda, sukun, ...
-    ("\u0670", ""),  # superscript alef
-    ("\u0640", ""),  # tatweel
-    ("\u200c", ""),  # zero-width non-joiner
-    ("\u200d", ""),  # zero-width joiner
-    ("\u200e", ""),  # left-to-right mark
-    ("\u200f", ""),  # right-to-left mark
-    ("\u061c", ""),  # Arabic letter mark
-    ("\u00ad", ""),  # soft hyphen
-)
+_TOKEN = re.compile(rf"([{CJK_CLASS}]+)|([^\W_{CJK_CLASS}]+)")
+_ARABIC_SCRIPT = re.compile(f"[{ARABIC_CLASS}]")
 
 
 def normalize(text: str) -> str:
-    """NFKC, lowercase, Persian/Arabic letter and digit folding, ZWNJ and diacritics removed."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    for old, new in _FOLD:  # a str.replace per pair is ~5x faster than str.translate here
-        if old in text:
-            text = text.replace(old, new)
-    return text
+    """:func:`threadkeeper.domain.text.fold` with the half-space removed (``zwnj="join"``)."""
+    return fold(text, zwnj="join")
 
-
-#: English words that carry no topic. A superset of Lucene's (and bm25s') 33 English stop words:
-#: question words, pronouns and auxiliaries matter here because users ask questions.
-EN_STOPWORDS = frozenset(
-    """
-    a about after all also am an and any are as at be been being both but by can could did do
-    does doing don done each for from get got had has have having he hello her hers hi him his
-    how i if in into is it its just me mine more most my myself no not of on only or other our
-    ours please she should so some such than thank thanks that the their them then there these
-    they this those tell to too us very was we were what when where which who whom whose why will
-    with would you your yours
-    """.split()
-)
-
-#: Persian function words, written as they are after :func:`normalize` (``آن`` → ``ان``).
-FA_STOPWORDS = frozenset(
-    normalize(word)
-    for word in """
-    و در به از که این آن را با است هست نیست برای یا تا هم اما ولی اگر می نمی شود میشود نمیشود
-    شده شد کنم کنی کنید کند کنند کرد کردم کرده ها های یک من ما شما او آنها ایشان چه چی چیست
-    چطور چطوری چگونه آیا کجا کی چرا بر نیز باید هر خود دارم داری دارد داریم دارید دارند داره
-    هستم هستید بود بودم ای دیگر همه چند چقدر کدام پس روی مثل مانند اینکه وقتی باشد باشم باشید
-    میخواهم میخوام خواهم لطفا سلام ممنون مرسی
-    """.split()
-)
-
-#: Chinese function characters that end a CJK run, like punctuation.
-ZH_STOP_CHARS = frozenset("的了吗呢吧啊呀嘛么什怎我你您他她它们这那是和")
-
-#: Chinese function words that end a CJK run, like punctuation.
-ZH_STOP_WORDS = frozenset(
-    "可以 如果 如何 哪些 哪个 多少 怎样 请问 一下 时候 能否 应该 已经 因为 所以 或者 以及".split()
-)
 
 _ZH_SPLIT = re.compile(
     "|".join(sorted(ZH_STOP_WORDS)) + "|[" + "".join(sorted(ZH_STOP_CHARS)) + "]"

@@ -1,49 +1,44 @@
-"""The postgres profile (ADR-0007): checkpoints and memory store on one psycopg pool.
+"""The postgres profile (ADR-0007): checkpoints, memory and threadkeeper's tables in one
+PostgreSQL (``backend``).
 
-- ``AsyncPostgresSaver`` and ``AsyncPostgresStore`` share one ``AsyncConnectionPool``
-  (autocommit, ``dict_row``), opened with the application.
-- ``migrate_postgres`` runs the saver's and the store's ``setup()`` and threadkeeper's Alembic
-  migrations. The service never issues DDL at start-up: ``open_postgres`` refuses a missing or
-  older schema and says to run ``threadkeeper migrate``.
-- One run per thread across replicas: ``AdvisoryThreadLock`` (advisory locks on one session
-  per replica, each taken with the thread's claim); a round is one transaction
-  (``PostgresRoundStore``) that checks the claim.
-- Each message stored once (``MessageLedger``, ``ledger.py``): checkpoints hold refs to message
-  rows, and ``after_commit`` prunes the thread to its newest checkpoint.
-- threadkeeper's own tables (run records, feedback) go through SQLAlchemy (psycopg driver).
+This package is light — its settings and ``PROFILE`` — so that reading the configuration
+never imports a driver; the implementation is in ``backend`` and is importable from here as
+before.
 """
 
 from __future__ import annotations
 
-import logging
+import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from langgraph.store.postgres.aio import AsyncPostgresStore
-from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
-from sqlalchemy import event
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from threadkeeper.adapters.postgres.settings import PostgresSettings
+from threadkeeper.adapters.profile import Backend, Profile, SchemaNotReady, masked_url
 
-from threadkeeper.adapters import migrations
-from threadkeeper.adapters.postgres.ledger import MessageLedger
-from threadkeeper.adapters.postgres.lock import SERVER_KEEPALIVES, AdvisoryThreadLock, advisory_key
-from threadkeeper.adapters.postgres.ratelimit import PostgresRateWindows
-from threadkeeper.adapters.postgres.retention import PostgresRetention
-from threadkeeper.adapters.postgres.rounds import PostgresRoundStore
-from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
-from threadkeeper.adapters.timeouts import answer_within
-from threadkeeper.domain.errors import AtCapacity
+if TYPE_CHECKING:
+    from threadkeeper.adapters.postgres.backend import (
+        FAIL_FAST,
+        POOL_SIZE,
+        FailFastPool,
+        PostgresBackend,
+        _pool,
+        check_schema,
+        migrate_postgres,
+        open_postgres,
+        sqlalchemy_url,
+    )
+    from threadkeeper.adapters.postgres.lock import AdvisoryThreadLock, advisory_key
 
 __all__ = [
+    "FAIL_FAST",
+    "POOL_SIZE",
+    "PROFILE",
     "AdvisoryThreadLock",
     "FailFastPool",
     "PostgresBackend",
     "SchemaNotReady",
+    "_pool",
     "advisory_key",
     "check_schema",
     "migrate_postgres",
@@ -51,238 +46,45 @@ __all__ = [
     "sqlalchemy_url",
 ]
 
-log = logging.getLogger(__name__)
 
-POOL_SIZE = 24
-"""Connections for the saver, the store and short queries (per replica). Runs take them
-briefly: 50 runs in flight on one replica fit (the reliability suite's load test)."""
-ENGINE_POOL_SIZE = 5
-ENGINE_MAX_OVERFLOW = 5
-"""threadkeeper's own tables and the round transactions (SQLAlchemy)."""
-POOL_WAIT_SECONDS = 1.0
-"""How long a request waits for a pooled connection. A server that cannot be reached leaves
-the pool without connections: the request fails after this (503 ``unavailable``) instead of
-psycopg_pool's 30 s; a pool whose connections are all in use is a replica at capacity."""
-FAIL_FAST: dict[str, Any] = {
-    "connect_timeout": 2,  # libpq's minimum
-    "tcp_user_timeout": 1000,  # ms: data unacknowledged this long (a partition) breaks it
-    "keepalives": 1,
-    "keepalives_idle": 1,
-    "keepalives_interval": 1,
-    "keepalives_count": 1,
-}
-"""Connection settings that make a dead or partitioned server an error within about a second
-(or two, for a query sent just before the partition), never a hang."""
+class PostgresProfile(Profile):
+    name = "postgres"
+    schema_server = "PostgreSQL"
 
+    @asynccontextmanager
+    async def open(
+        self, settings: PostgresSettings, *, exclusive: bool = True
+    ) -> AsyncIterator[Backend]:
+        from threadkeeper.adapters.postgres.backend import open_postgres
 
-async def server_keepalives(conn: Any) -> None:
-    """The server's side of every connection (``SERVER_KEEPALIVES``): a client gone in a
-    partition is noticed within seconds, and its session — its open transaction, the rows it
-    locked, its advisory locks — ended, instead of after the server's default two hours."""
-    await conn.execute(SERVER_KEEPALIVES)
+        async with open_postgres(settings.postgres_url) as backend:
+            yield backend
+
+    async def migrate(self, settings: PostgresSettings) -> list[str]:
+        from threadkeeper.adapters.postgres.backend import migrate_postgres
+
+        return await migrate_postgres(settings.postgres_url)
+
+    async def schema_problems(self, settings: PostgresSettings) -> list[str]:
+        from threadkeeper.adapters.postgres.backend import check_schema
+
+        return await check_schema(settings.postgres_url)
+
+    def storage(self, settings: PostgresSettings) -> str:
+        return masked_url(settings.postgres_url)
 
 
-class SchemaNotReady(RuntimeError):
-    """The database lacks threadkeeper's schema, or has an older one."""
+_LAZY = ("backend", "lock")
+
+PROFILE = PostgresProfile()
 
 
-class FailFastPool(AsyncConnectionPool[Any]):
-    """A pool whose wait for a connection ends after ``POOL_WAIT_SECONDS`` either way, and
-    says which way: every connection in use is a replica at capacity (``AtCapacity``, 503
-    with ``Retry-After``); no connection to be had is the server out of reach (the
-    ``PoolTimeout`` itself, 503 ``unavailable``)."""
-
-    async def getconn(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 (the pool's API)
-        try:
-            return await super().getconn(timeout)
-        except PoolTimeout as exc:
-            stats = self.get_stats()
-            if stats.get("pool_size", 0) >= self.max_size and not stats.get("pool_available"):
-                raise AtCapacity(
-                    f"all {self.max_size} connections of this replica are in use"
-                ) from exc
-            raise
-
-
-def sqlalchemy_url(postgres_url: str) -> str:
-    """``postgresql://…`` → SQLAlchemy's ``postgresql+psycopg://…``."""
-    url = make_url(postgres_url)
-    return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-
-
-def _pool(url: str, *, min_size: int = 2, max_size: int = POOL_SIZE) -> AsyncConnectionPool[Any]:
-    return FailFastPool(
-        url,
-        min_size=min_size,
-        max_size=max_size,
-        open=False,
-        timeout=POOL_WAIT_SECONDS,
-        configure=server_keepalives,
-        kwargs={
-            "autocommit": True,
-            "row_factory": dict_row,
-            "prepare_threshold": None,
-            **FAIL_FAST,
-        },
-    )
-
-
-def _engine(url: str) -> AsyncEngine:
-    engine = create_async_engine(
-        sqlalchemy_url(url),
-        pool_size=ENGINE_POOL_SIZE,
-        max_overflow=ENGINE_MAX_OVERFLOW,
-        pool_timeout=POOL_WAIT_SECONDS,
-        # no ping per checkout (a round trip on every round): a connection the server dropped
-        # fails its statement, is discarded, and the next checkout gets a new one
-        pool_pre_ping=False,
-        connect_args=FAIL_FAST,
-    )
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _connect(dbapi_connection: Any, _: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute(SERVER_KEEPALIVES)
-        cursor.close()
-        dbapi_connection.commit()  # out of the transaction psycopg began for it
-
-    return engine
-
-
-async def schema_problems(pool: AsyncConnectionPool[Any], engine: AsyncEngine) -> list[str]:
-    """What is missing or behind; empty when the schema is current."""
-    problems: list[str] = []
-    for table, wanted in (
-        ("checkpoint_migrations", len(AsyncPostgresSaver.MIGRATIONS) - 1),
-        ("store_migrations", len(AsyncPostgresStore.MIGRATIONS) - 1),
-    ):
-        async with pool.connection() as conn:
-            exists: Any = await (
-                await conn.execute("SELECT to_regclass(%s) AS t", (table,))
-            ).fetchone()
-            if exists["t"] is None:
-                problems.append(f"{table} is missing")
-                continue
-            row: Any = await (
-                await conn.execute(f"SELECT max(v) AS v FROM {table}")  # table: a constant
-            ).fetchone()
-            if row["v"] is None or row["v"] < wanted:
-                problems.append(f"{table} is at {row['v']}, wanted {wanted}")
-    async with engine.connect() as conn:
-        current = await conn.run_sync(migrations.current)
-    if current != migrations.head():
-        problems.append(f"threadkeeper tables at {current}, wanted {migrations.head()}")
-    return problems
-
-
-async def check_schema(url: str) -> list[str]:
-    """``schema_problems`` on a short-lived connection (start-up checks, ``doctor``)."""
-    pool = _pool(url, min_size=1, max_size=1)
-    await pool.open(wait=True, timeout=30)
-    engine = _engine(url)
-    try:
-        return await schema_problems(pool, engine)
-    finally:
-        await engine.dispose()
-        await pool.close()
-
-
-async def migrate_postgres(url: str) -> list[str]:
-    """Create or upgrade everything; the steps taken."""
-    steps: list[str] = []
-    pool = _pool(url, min_size=1, max_size=2)
-    await pool.open(wait=True)
-    try:
-        await AsyncPostgresSaver(pool).setup()
-        steps.append("checkpoints: setup()")
-        await AsyncPostgresStore(pool).setup()
-        steps.append("store: setup()")
-    finally:
-        await pool.close()
-    engine = _engine(url)
-    try:
-        steps.append(await migrations.upgrade_engine(engine))
-    finally:
-        await engine.dispose()
-    return steps
-
-
-@dataclass
-class PostgresBackend:
-    pool: AsyncConnectionPool[Any]
-    saver: MessageLedger
-    """``AsyncPostgresSaver`` under ``MessageLedger``: what the app wraps in ``AtomicSaver``."""
-    store: AsyncPostgresStore
-    engine: AsyncEngine
-    runs: SqlRunRecords
-    fences: SqlRunFences
-    rounds: PostgresRoundStore
-    lock: AdvisoryThreadLock
-    retention: PostgresRetention
-    rate_windows: PostgresRateWindows
-    """``THREADKEEPER_RATE_LIMIT_PER_MINUTE`` counted where every replica sees it."""
-    profile: str = "postgres"
-    archive: None = None
-    """No separate archive: the transcript is the checkpoint state."""
-
-    async def after_commit(self, thread_key: str) -> None:
-        """Keep only the thread's newest checkpoint (its state holds the whole history).
-
-        Each run commits one checkpoint whose message list is a list of refs to message rows
-        (``MessageLedger``); without pruning a thread would keep one such list per run. With it
-        a thread is one checkpoint plus one row per message (docs/storage-postgres.md). Runs
-        under the thread's lock: the prune's REPEATABLE READ transaction must not race another
-        run on the thread.
-        """
-        await self.saver.aprune([thread_key], strategy="keep_latest")
-
-    async def health(self) -> dict[str, str]:
-        async def probe() -> None:
-            async with self.pool.connection() as conn:
-                await conn.execute("SELECT 1")
-
-        try:
-            await answer_within(HEALTH_SECONDS, probe())
-        except Exception as exc:
-            return {"postgres": f"error: {type(exc).__name__}"}
-        return {"postgres": "ok"}
-
-
-HEALTH_SECONDS = 0.9
-"""``/health/ready`` answers within a second, reachable or not."""
-
-
-@asynccontextmanager
-async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
-    """Open the pool and engine; refuse a schema that ``threadkeeper migrate`` has not made."""
-    pool = _pool(url)
-    await pool.open(wait=True, timeout=30)
-    engine = _engine(url)
-    lock = AdvisoryThreadLock(url, FAIL_FAST)
-    try:
-        problems = await schema_problems(pool, engine)
-        if problems:
-            raise SchemaNotReady(
-                "the PostgreSQL schema is not ready (" + "; ".join(problems) + "): run "
-                "`threadkeeper migrate` with THREADKEEPER_PROFILE=postgres first"
-            )
-        saver = MessageLedger(AsyncPostgresSaver(pool), pool)
-        store = AsyncPostgresStore(pool)
-        runs = SqlRunRecords(engine)
-        fences = SqlRunFences(engine, None)
-        yield PostgresBackend(
-            pool=pool,
-            saver=saver,
-            store=store,
-            engine=engine,
-            runs=runs,
-            fences=fences,
-            rounds=PostgresRoundStore(engine, saver),
-            lock=lock,
-            retention=PostgresRetention(saver, store, runs, pool, lock, fences),
-            rate_windows=PostgresRateWindows(pool),
-        )
-    finally:
-        await lock.close()
-        await engine.dispose()
-        await pool.close()
+def __getattr__(name: str) -> Any:
+    """What opens the data, imported when first asked for (``from …postgres import open_…``)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    for module in _LAZY:
+        found = importlib.import_module(f"threadkeeper.adapters.postgres.{module}")
+        if hasattr(found, name):
+            return getattr(found, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,7 @@ One row per counted run in ``tk_run_rate_hits`` (Alembic 0003). A hit runs in on
 transaction under a transaction-level advisory lock on the user's key (the two-``int4`` lock
 space, apart from the run locks' ``bigint`` keys): forget the hits that left the window, count
 the rest, add this one if under the limit. The database's clock decides, so replicas with
-skewed clocks agree. Satisfies ``threadkeeper.app.http.ratelimit.RateWindows``.
+skewed clocks agree. Satisfies ``threadkeeper.domain.ratelimit.RateWindows``.
 """
 
 from __future__ import annotations

@@ -1,54 +1,35 @@
-"""The redis-mysql profile (blog design): Redis checkpoints with a TTL, MySQL as the record.
+"""The redis-mysql profile (the blog design): Redis checkpoints with a TTL beside a MySQL
+archive that is the record (``backend``).
 
-- Checkpoints: ``HealingRedisSaver`` (``AsyncRedisSaver`` with ``default_ttl`` =
-  ``THREADKEEPER_CHECKPOINT_TTL_MINUTES`` refreshed on read; indexes re-created after a flush or
-  restart). After each committed run the thread keeps only its newest checkpoint, and the
-  ``compact`` hook keeps the state itself bounded: Redis holds a bounded amount per thread.
-- The record: ``SqlTranscriptArchive`` on MySQL/MariaDB (SQLAlchemy async + asyncmy) — human
-  message, final answer and citations, written once a run finished; ``GET /messages`` reads it
-  and a thread without checkpoints is seeded from it (cold start).
-- Memory: ``langgraph-checkpoint-mysql``'s ``AsyncMyStore`` (a ``BaseStore`` on MySQL) over an
-  asyncmy pool; run records and feedback: ``SqlRunRecords`` on the same database.
-- One run per thread: ``RedisRunLock`` (``SET NX PX`` with a token, extended while it lives).
-- ``migrate_redis_mysql`` creates the MySQL schema (the store's ``setup()`` and threadkeeper's
-  Alembic migrations); the service never issues SQL DDL at start and refuses a schema that is
-  missing or behind.
+This package is light — its settings and ``PROFILE`` — so that reading the configuration
+never imports a driver; the implementation is in ``backend`` and is importable from here as
+before.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import socket
+import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import asyncmy
-from langgraph.store.mysql.asyncmy import AsyncMyStore
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from sqlalchemy import event, text
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from threadkeeper.adapters.profile import Backend, Profile, SchemaNotReady, masked_url
+from threadkeeper.adapters.redis_mysql.settings import RedisMysqlSettings
 
-from threadkeeper.adapters import migrations
-from threadkeeper.adapters.checkpoint_retention import delete_store_prefix, revoke_claims
-from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
-from threadkeeper.adapters.redis_mysql.lock import RedisRunLock
-from threadkeeper.adapters.redis_mysql.rounds import ArchiveRoundStore
-from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
-from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
-from threadkeeper.adapters.timeouts import answer_within
-from threadkeeper.domain.locks import ClaimedLock, RunLock, ThreadLock
-from threadkeeper.domain.memory import user_namespace
-from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
+if TYPE_CHECKING:
+    from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
+    from threadkeeper.adapters.redis_mysql.backend import (
+        ArchiveRetention,
+        RedisMysqlBackend,
+        check_schema,
+        migrate_redis_mysql,
+        open_redis_mysql,
+    )
+    from threadkeeper.adapters.redis_mysql.lock import RedisRunLock
+    from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
 
 __all__ = [
+    "PROFILE",
     "ArchiveRetention",
     "HealingRedisSaver",
     "RedisMysqlBackend",
@@ -60,349 +41,50 @@ __all__ = [
     "open_redis_mysql",
 ]
 
-log = logging.getLogger(__name__)
 
-HEALTH_SECONDS = 0.9
-"""``/health/ready`` answers within a second, reachable or not."""
-
-STORE_MIGRATIONS = len(AsyncMyStore.MIGRATIONS) - 1
-# The store's own DDL takes the database's default collation, usually case-insensitive:
-# namespaces and keys (user ids) must compare exactly.
-_STORE_BINARY_KEYS = (
-    "ALTER TABLE store "
-    "MODIFY prefix VARCHAR(500) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, "
-    "MODIFY `key` VARCHAR(150) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
-)
-
-
-class SchemaNotReady(RuntimeError):
-    """The MySQL database lacks threadkeeper's schema, or has an older one."""
-
-
-def mysql_url(url: str) -> URL:
-    """The archive URL with the asyncmy driver and ``utf8mb4``."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() not in ("mysql", "mariadb"):
-        raise ValueError(f"THREADKEEPER_MYSQL_URL must be a MySQL URL, got {parsed.drivername}")
-    parsed = parsed.set(drivername=f"{parsed.get_backend_name()}+asyncmy")
-    if "charset" not in parsed.query:
-        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
-    return parsed
-
-
-REDIS_TIMEOUT_SECONDS = 1.0
-"""Per-command timeout: a Redis that does not answer is an error within it."""
-REDIS_CONNECT_SECONDS = 0.5
-"""A new connection (the one retry after a dropped one, e.g. a restarted Redis): a refused
-connection fails at once; an unreachable server within this."""
-POST_COMMIT_REDIS_SECONDS = 1.5
-"""The round is in the archive: writing its checkpoints to Redis (the cache) may hold the
-answer this long at most; then the next run rebuilds the cache from the archive."""
-MYSQL_CONNECT_SECONDS = 1
-MYSQL_READ_SECONDS = 10
-"""A backstop for a server that accepts but never answers; a partition is caught sooner by
-the sockets' ``TCP_USER_TIMEOUT`` (``fail_fast_socket``)."""
-POOL_WAIT_SECONDS = 1.0
-FAIL_FAST_TCP = {
-    socket.TCP_KEEPIDLE: 1,
-    socket.TCP_KEEPINTVL: 1,
-    socket.TCP_KEEPCNT: 1,
-    socket.TCP_USER_TIMEOUT: 1000,  # ms of unacknowledged data (a partition) break it
-}
-
-
-def fail_fast_socket(sock: Any) -> None:
-    """Keepalives and ``TCP_USER_TIMEOUT`` on a connected socket: a partitioned server is an
-    error within about a second or two, never a hang."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for option, value in FAIL_FAST_TCP.items():
-        sock.setsockopt(socket.IPPROTO_TCP, option, value)
-
-
-def _fail_fast_asyncmy(connection: Any) -> None:
-    transport = getattr(connection, "_transport", None)
-    sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is not None:
-        fail_fast_socket(sock)
-
-
-def redis_client(url: str) -> Redis:
-    """A client that survives a Redis restart — a command on a connection the server closed is
-    retried on a new one (twice, backing off) instead of failing the run — and fails fast when
-    Redis does not answer: a timeout is not retried."""
-    return Redis.from_url(
-        url,
-        retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), retries=1),
-        retry_on_error=[RedisConnectionError],
-        socket_timeout=REDIS_TIMEOUT_SECONDS,
-        socket_connect_timeout=REDIS_CONNECT_SECONDS,
-        socket_keepalive=True,
-        socket_keepalive_options=FAIL_FAST_TCP,
-        health_check_interval=30,
-    )
-
-
-def _engine(url: str) -> AsyncEngine:
-    engine = create_async_engine(
-        mysql_url(url),
-        # no gap locks: concurrent rounds of different threads never deadlock on them
-        isolation_level="READ COMMITTED",
-        pool_size=10,
-        max_overflow=10,
-        pool_timeout=POOL_WAIT_SECONDS,
-        pool_pre_ping=True,
-        pool_recycle=3600,
-        connect_args={"connect_timeout": MYSQL_CONNECT_SECONDS, "read_timeout": MYSQL_READ_SECONDS},
-    )
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _connect(dbapi_connection: Any, _: Any) -> None:
-        _fail_fast_asyncmy(dbapi_connection.driver_connection)
-
-    return engine
-
-
-class FailFastPool:
-    """An asyncmy pool whose connections get ``fail_fast_socket`` (for ``AsyncMyStore``)."""
-
-    def __init__(self, pool: Any) -> None:
-        self.pool = pool
+class RedisMysqlProfile(Profile):
+    name = "redis-mysql"
+    schema_server = "MySQL"
 
     @asynccontextmanager
-    async def acquire(self) -> AsyncIterator[Any]:
-        async with asyncio.timeout(POOL_WAIT_SECONDS * 5), self.pool.acquire() as connection:
-            _fail_fast_asyncmy(connection)
-            yield connection
+    async def open(
+        self, settings: RedisMysqlSettings, *, exclusive: bool = True
+    ) -> AsyncIterator[Backend]:
+        from threadkeeper.adapters.redis_mysql.backend import open_redis_mysql
 
-    def close(self) -> None:
-        self.pool.close()
+        async with open_redis_mysql(
+            settings.redis_url,
+            settings.mysql_url,
+            checkpoint_ttl_minutes=settings.checkpoint_ttl_minutes,
+            lock_ttl_seconds=settings.lock_ttl_seconds,
+        ) as backend:
+            yield backend
 
-    async def wait_closed(self) -> None:
-        await self.pool.wait_closed()
+    async def migrate(self, settings: RedisMysqlSettings) -> list[str]:
+        from threadkeeper.adapters.redis_mysql.backend import migrate_redis_mysql
 
+        return await migrate_redis_mysql(settings.mysql_url)
 
-async def _store_pool(url: str, maxsize: int = 4) -> Any:
-    parsed = mysql_url(url)
-    return await asyncmy.create_pool(
-        host=parsed.host or "127.0.0.1",
-        port=parsed.port or 3306,
-        user=parsed.username or "root",
-        password=parsed.password or "",
-        db=parsed.database,
-        charset="utf8mb4",
-        autocommit=True,
-        minsize=1,
-        maxsize=maxsize,
-        pool_recycle=3600,
-        connect_timeout=MYSQL_CONNECT_SECONDS,
-        read_timeout=MYSQL_READ_SECONDS,
-        init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-    )
+    async def schema_problems(self, settings: RedisMysqlSettings) -> list[str]:
+        from threadkeeper.adapters.redis_mysql.backend import check_schema
+
+        return await check_schema(settings.mysql_url)
+
+    def storage(self, settings: RedisMysqlSettings) -> str:
+        return f"{masked_url(settings.redis_url)} + {masked_url(settings.mysql_url)}"
 
 
-async def schema_problems(engine: AsyncEngine) -> list[str]:
-    """What is missing or behind in MySQL; empty when the schema is current."""
-    problems: list[str] = []
-    async with engine.connect() as conn:
-        tables = {
-            r[0]
-            for r in await conn.execute(
-                text(
-                    "SELECT table_name FROM information_schema.tables "
-                    "WHERE table_schema = DATABASE()"
-                )
-            )
-        }
-        if "store_migrations" not in tables:
-            problems.append("store_migrations is missing")
-        else:
-            version = (await conn.execute(text("SELECT max(v) FROM store_migrations"))).scalar()
-            if version is None or version < STORE_MIGRATIONS:
-                problems.append(f"store_migrations is at {version}, wanted {STORE_MIGRATIONS}")
-        current = await conn.run_sync(migrations.current)
-    if current != migrations.head():
-        problems.append(f"threadkeeper tables at {current}, wanted {migrations.head()}")
-    return problems
+_LAZY = ("backend", "lock", "saver", "archive")
+
+PROFILE = RedisMysqlProfile()
 
 
-async def check_schema(url: str) -> list[str]:
-    engine = _engine(url)
-    try:
-        return await schema_problems(engine)
-    finally:
-        await engine.dispose()
-
-
-async def migrate_redis_mysql(url: str) -> list[str]:
-    """Create or upgrade the MySQL schema; the steps taken. (Redis needs no migration: the
-    saver creates its indexes at start and after a flush.)"""
-    steps: list[str] = []
-    pool = await _store_pool(url, maxsize=1)
-    try:
-        await AsyncMyStore(conn=pool).setup()
-        steps.append("store: setup()")
-        async with pool.acquire() as conn, conn.cursor() as cur:
-            await cur.execute(_STORE_BINARY_KEYS)
-        steps.append("store: binary collation on namespace and key")
-    finally:
-        pool.close()
-        await pool.wait_closed()
-    engine = _engine(url)
-    try:
-        steps.append(await migrations.upgrade_engine(engine))
-    finally:
-        await engine.dispose()
-    return steps
-
-
-class ArchiveRetention(HeldDeletion):
-    """Retention where the archive is the record and Redis a cache of recent context.
-
-    A thread's activity is its newest archived message; deleting a thread removes its archive
-    rows (messages, summary, tool audit), run records, feedback and checkpoints; erasing a
-    user also removes the user's memory in the tenant.
-    """
-
-    def __init__(
-        self,
-        archive: SqlTranscriptArchive,
-        saver: HealingRedisSaver,
-        store: AsyncMyStore,
-        runs: SqlRunRecords,
-        lock: RunLock | ThreadLock | None = None,
-        fences: SqlRunFences | None = None,
-    ) -> None:
-        self.archive = archive
-        self.saver = saver
-        self.store = store
-        self.runs = runs
-        self.lock = lock
-        self.fences = fences
-
-    async def idle_threads(self, cutoff: datetime, *, limit: int) -> list[str]:
-        return await self.archive.idle_threads(cutoff, limit=limit)
-
-    async def is_idle(self, thread_key: str, cutoff: datetime) -> bool:
-        """Whether the thread's newest archived message is before ``cutoff``."""
-        newest = await self.archive.newest(thread_key)
-        return newest is None or newest < cutoff
-
-    async def _delete_held(self, thread_key: str) -> ErasureReceipt:
-        checkpoint = await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}})
-        messages = await self.archive.delete_thread(thread_key)
-        runs, feedback = await self.runs.delete_thread(thread_key)
-        await self.saver.adelete_thread(thread_key)
-        if self.fences is not None:
-            await self.fences.forget(thread_key)
-        exists = messages > 0 or runs > 0 or checkpoint is not None
-        return ErasureReceipt(threads=int(exists), messages=messages, feedback=feedback)
-
-    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
-        """Revoke the user's claims first (a run in flight then stores nothing), then delete
-        every thread found, those included."""
-        keys = await revoke_claims(self.fences, tenant_id, user_id)
-        keys.update(await self.archive.user_threads(tenant_id, user_id))
-        keys.update(await self.runs.user_threads(tenant_id, user_id))
-        receipt = await self.delete_threads(sorted(keys))
-        _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
-        items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
-        if self.fences is not None:
-            await self.fences.forget_user(tenant_id, user_id)
-        return receipt + ErasureReceipt(memory_items=items, feedback=stray_feedback)
-
-
-@dataclass
-class RedisMysqlBackend:
-    redis: Redis
-    saver: HealingRedisSaver
-    store: AsyncMyStore
-    engine: AsyncEngine
-    archive: SqlTranscriptArchive
-    runs: SqlRunRecords
-    fences: SqlRunFences
-    rounds: ArchiveRoundStore
-    lock: ClaimedLock
-    """``RedisRunLock`` for exclusion, the claims in MySQL (with the rounds they fence)."""
-    retention: ArchiveRetention
-    profile: str = "redis-mysql"
-
-    async def after_commit(self, thread_key: str) -> None:
-        """Keep only the thread's newest checkpoint: with compaction bounding the state, the
-        thread's Redis bytes stay bounded however long the conversation. Bounded: a Redis
-        that does not answer must not hold the answer (the next run's upkeep catches up)."""
-        await answer_within(
-            POST_COMMIT_REDIS_SECONDS, self.saver.aprune([thread_key], strategy="keep_latest")
-        )
-
-    async def health(self) -> dict[str, str]:
-        """Both servers, probed at once, each within ``HEALTH_SECONDS``."""
-
-        async def redis() -> str:
-            await self.redis.ping()
-            await self.saver.ensure_indexes()
-            return "ok"
-
-        async def mysql() -> str:
-            async with self.engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-            return "ok"
-
-        results = await asyncio.gather(
-            answer_within(HEALTH_SECONDS, redis()),
-            answer_within(HEALTH_SECONDS, mysql()),
-            return_exceptions=True,
-        )
-        return {
-            name: result if isinstance(result, str) else f"error: {type(result).__name__}"
-            for name, result in zip(("redis", "mysql"), results, strict=True)
-        }
-
-
-@asynccontextmanager
-async def open_redis_mysql(
-    redis_url: str,
-    mysql_url_: str,
-    *,
-    checkpoint_ttl_minutes: float = 10080,
-    lock_ttl_seconds: float = 30,
-) -> AsyncIterator[RedisMysqlBackend]:
-    """Connect to Redis Stack and MySQL; refuse a MySQL schema ``migrate`` has not made."""
-    engine = _engine(mysql_url_)
-    pool: Any = None
-    redis: Redis = redis_client(redis_url)
-    try:
-        problems = await schema_problems(engine)
-        if problems:
-            raise SchemaNotReady(
-                "the MySQL schema is not ready (" + "; ".join(problems) + "): run "
-                "`threadkeeper migrate` with THREADKEEPER_PROFILE=redis-mysql first"
-            )
-        pool = FailFastPool(await _store_pool(mysql_url_))
-        store = AsyncMyStore(conn=pool)
-        saver = HealingRedisSaver(
-            redis_client=redis,
-            ttl={"default_ttl": checkpoint_ttl_minutes, "refresh_on_read": True},
-        )
-        await saver.asetup()  # RediSearch indexes (created only where missing)
-        archive = SqlTranscriptArchive(engine)
-        runs = SqlRunRecords(engine)
-        fences = SqlRunFences(engine, None)
-        lock = ClaimedLock(RedisRunLock(redis, lock_ttl_seconds), fences)
-        yield RedisMysqlBackend(
-            redis=redis,
-            saver=saver,
-            store=store,
-            engine=engine,
-            archive=archive,
-            runs=runs,
-            fences=fences,
-            rounds=ArchiveRoundStore(engine, archive, saver, POST_COMMIT_REDIS_SECONDS),
-            lock=lock,
-            retention=ArchiveRetention(archive, saver, store, runs, lock, fences),
-        )
-    finally:
-        if pool is not None:
-            pool.close()
-            await pool.wait_closed()
-        await engine.dispose()
-        await redis.aclose()
+def __getattr__(name: str) -> Any:
+    """What opens the data, imported when first asked for (``from …redis_mysql import open_…``)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    for module in _LAZY:
+        found = importlib.import_module(f"threadkeeper.adapters.redis_mysql.{module}")
+        if hasattr(found, name):
+            return getattr(found, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

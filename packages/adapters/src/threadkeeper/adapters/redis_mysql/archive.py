@@ -292,6 +292,15 @@ class SqlTranscriptArchive(TranscriptArchive):
             )
             return found.scalar()
 
+    async def count(self, thread_key: str) -> int:
+        query = (
+            select(func.count())
+            .select_from(chat_messages)
+            .where(chat_messages.c.thread_key == thread_key)
+        )
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
     async def delete_thread(self, thread_key: str) -> int:
         async with self.engine.begin() as conn:
             messages = await conn.execute(

@@ -41,6 +41,7 @@ log = logging.getLogger("threadkeeper.app.http")
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:threadkeeper:problem:"
 
+
 def problem_type(slug: str) -> str:
     return TYPE_PREFIX + slug
 

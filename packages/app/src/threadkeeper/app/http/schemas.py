@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 
+from threadkeeper.app.service import AnswerOut, CitationOut, RunResultOut, UsageOut
 from threadkeeper.domain.threads import TENANT_OR_USER_ID, THREAD_ID
 
 TENANT_HEADER = "X-Tenant-Id"
@@ -94,40 +95,10 @@ class FeedbackBody(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 # --- responses ------------------------------------------------------------------------------
+# A run's outcome (``RunResultOut`` and its parts) is the service's own vocabulary
+# (``app.service``): the JSON body and the SSE ``end`` event are encoded from it.
 
-
-class CitationOut(msgspec.Struct, frozen=True):
-    chunk_id: str
-    doc_id: str
-    title: str
-
-
-class AnswerOut(msgspec.Struct, frozen=True):
-    id: str
-    role: Literal["ai"]
-    content: str
-    citations: list[CitationOut]
-
-
-class UsageOut(msgspec.Struct, frozen=True):
-    input_tokens: int
-    output_tokens: int
-    source: Literal["provider", "counted"]
-    """``provider``: the model's own figures (every call reported them); ``counted``:
-    threadkeeper's count with ``THREADKEEPER_TOKENIZER`` (input as each call's window was
-    counted, output as the replies count)."""
-
-
-class RunResultOut(msgspec.Struct, frozen=True, omit_defaults=True):
-    """The JSON-mode body of a run, and the data of its SSE ``end`` event."""
-
-    run_id: str
-    thread_id: str
-    status: Literal["answered", "clarifying", "escalate"]
-    message: AnswerOut
-    usage: UsageOut
-    handoff_context: dict[str, Any] | None = None
-    """Only with ``status == "escalate"``: conversation_summary, profile, recent_messages."""
+__all__ = ["AnswerOut", "CitationOut", "RunResultOut", "UsageOut"]
 
 
 class TranscriptMessageOut(msgspec.Struct, frozen=True):

@@ -108,8 +108,8 @@ class RunLockConformance:
         key = _key()
         clients = [lock_factory() for _ in range(4)]
         release = asyncio.Event()
-        entered: list[str] = []
-        refused: list[str] = []
+        entered: list[str | None] = []
+        refused: list[str | None] = []
         all_decided = asyncio.Event()
 
         def decided() -> None:

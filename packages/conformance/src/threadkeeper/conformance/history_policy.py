@@ -8,7 +8,7 @@ deterministic, and the history never mutated. A newest message that alone exceed
 is refused with a domain error, never cut.
 
 The conversations are built here (fa / zh / en text, parallel tool calls whose results arrive
-out of order, a system prompt and a rolling summary); ``tests/conformance/compactor.py`` uses
+out of order, a system prompt and a rolling summary); ``threadkeeper.conformance.compactor`` uses
 them too.
 """
 

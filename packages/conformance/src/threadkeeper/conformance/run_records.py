@@ -1,10 +1,11 @@
 """``RunRecords`` conformance: completed runs kept once, found by id and by human message,
-feedback only on known runs, deletion by thread and by user."""
+feedback only on known runs (counted per thread, listed per user), the user's threads, deletion
+by thread and by user, and forgetting what the records hold of the user's memory."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
@@ -41,7 +42,7 @@ def record(
     )
 
 
-def feedback(item: RunRecord, score: int = 1) -> Feedback:
+def feedback(item: RunRecord, score: int = 1, *, at: datetime = AT) -> Feedback:
     return Feedback(
         run_id=item.run_id,
         thread_key=item.thread_key,
@@ -49,7 +50,7 @@ def feedback(item: RunRecord, score: int = 1) -> Feedback:
         user_id=item.user_id,
         score=1 if score > 0 else -1,
         comment="clear",
-        at=AT,
+        at=at,
     )
 
 
@@ -93,6 +94,70 @@ class RunRecordsConformance:
         assert await records.delete_thread(first.thread_key) == (2, 1)
         assert await records.delete_thread(first.thread_key) == (0, 0)
         assert await records.get(other.thread_key, other.run_id) == other
+
+    async def test_feedback_count_is_per_thread_and_a_replacement_counts_once(
+        self, records: RunRecords
+    ) -> None:
+        first, other = record(), record()
+        second = record(first.thread_key)
+        for item in (first, second, other):
+            await records.save(item)
+        assert await records.feedback_count(first.thread_key) == 0
+        await records.add_feedback(feedback(first, 1))
+        await records.add_feedback(feedback(first, -1))  # replaces the first one
+        await records.add_feedback(feedback(second))
+        await records.add_feedback(feedback(other))
+        assert await records.feedback_count(first.thread_key) == 2
+        assert await records.feedback_count(other.thread_key) == 1
+        assert await records.feedback_count("acme:u1:none") == 0
+        await records.delete_thread(first.thread_key)
+        assert await records.feedback_count(first.thread_key) == 0
+        assert await records.feedback_count(other.thread_key) == 1
+
+    async def test_user_feedback_is_the_users_in_the_tenant_oldest_first(
+        self, records: RunRecords
+    ) -> None:
+        user = f"u{uuid.uuid4().hex[:6]}"
+        mine = [record(tenant="acme", user=user) for _ in range(3)]
+        elsewhere = record(tenant="globex", user=user)
+        neighbour = record(tenant="acme", user="someone")
+        for item in (*mine, elsewhere, neighbour):
+            await records.save(item)
+        assert await records.user_feedback("acme", user) == []
+        given = [
+            feedback(mine[1], 1, at=AT + timedelta(minutes=1)),
+            feedback(mine[0], -1, at=AT + timedelta(minutes=2)),
+            feedback(mine[2], 1, at=AT + timedelta(minutes=3)),
+        ]
+        for note in (given[2], given[0], given[1]):  # stored in another order
+            await records.add_feedback(note)
+        await records.add_feedback(feedback(elsewhere))
+        await records.add_feedback(feedback(neighbour))
+        assert await records.user_feedback("acme", user) == given
+        replaced = feedback(mine[2], -1, at=AT + timedelta(minutes=4))
+        await records.add_feedback(replaced)
+        assert await records.user_feedback("acme", user) == [*given[:2], replaced]
+        assert await records.user_feedback("globex", user) == [feedback(elsewhere)]
+
+    async def test_user_threads_are_the_users_in_the_tenant_each_once(
+        self, records: RunRecords
+    ) -> None:
+        user = f"u{uuid.uuid4().hex[:6]}"
+        one = record(tenant="acme", user=user)
+        again = record(one.thread_key, tenant="acme", user=user)
+        two = record(tenant="acme", user=user)
+        elsewhere = record(tenant="globex", user=user)
+        neighbour = record(tenant="acme", user="someone")
+        assert await records.user_threads("acme", user) == []
+        for item in (one, again, two, elsewhere, neighbour):
+            await records.save(item)
+        found = await records.user_threads("acme", user)
+        assert sorted(found) == sorted({one.thread_key, two.thread_key})
+        assert len(found) == 2, "each thread once, however many runs it has"
+        assert await records.user_threads("globex", user) == [elsewhere.thread_key]
+        await records.erase_user("acme", user)
+        assert await records.user_threads("acme", user) == []
+        assert await records.user_threads("globex", user) == [elsewhere.thread_key]
 
     async def test_erase_user_only_that_user_in_that_tenant(self, records: RunRecords) -> None:
         user = f"u{uuid.uuid4().hex[:6]}"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from tests.conformance.history_policy import (
+from threadkeeper.conformance.history_policy import (
     SUMMARY,
     SYSTEM,
     assert_well_formed,

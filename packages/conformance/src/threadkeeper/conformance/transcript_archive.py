@@ -1,4 +1,4 @@
-"""``TranscriptArchive`` conformance: atomic, idempotent rounds; paging; deletion."""
+"""``TranscriptArchive`` conformance: atomic, idempotent rounds; paging; counting; deletion."""
 
 from __future__ import annotations
 
@@ -155,6 +155,21 @@ class TranscriptArchiveConformance:
         await archive.append_round(make_round(one, 0))
         await archive.append_round(make_round(other, 0))
         assert len((await archive.page(one.key, limit=20)).messages) == 2
+
+    async def test_count_is_the_threads_archived_messages(self, archive: TranscriptArchive) -> None:
+        ref, other = new_ref(), new_ref()
+        assert await archive.count(ref.key) == 0
+        rounds = [make_round(ref, i) for i in range(3)]
+        for round_ in rounds:
+            await archive.append_round(round_)
+        await archive.append_round(make_round(other, 0))
+        assert await archive.count(ref.key) == 6
+        await archive.append_round(rounds[1])  # a retry adds nothing
+        assert await archive.count(ref.key) == 6
+        assert await archive.count(other.key) == 2
+        assert await archive.count(ref.key) == await archive.delete_thread(ref.key)
+        assert await archive.count(ref.key) == 0
+        assert await archive.count(other.key) == 2
 
     async def test_delete_thread(self, archive: TranscriptArchive) -> None:
         ref, kept = new_ref(), new_ref()

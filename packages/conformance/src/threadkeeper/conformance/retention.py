@@ -1,14 +1,29 @@
 """``Retention`` conformance: idle threads found by their newest activity, deleted in batches
-with counts; a user's erasure removes all of theirs and nothing of anyone else's."""
+with counts; a user's erasure removes all of theirs and nothing of anyone else's.
+
+The suite seeds through a ``RetentionHarness``; ``CheckpointRetentionHarness`` is one for any
+opened ``Backend`` whose transcript is its checkpoints (it writes checkpoints, run records,
+feedback and memory items straight into the backend's stores).
+"""
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
+
+from threadkeeper.conformance.run_records import record
+from threadkeeper.domain.memory import MemoryKind, memory_namespace
 from threadkeeper.domain.retention import ErasureReceipt, Retention, sweep
+from threadkeeper.domain.runs import Feedback
 from threadkeeper.domain.threads import ThreadRef
+
+if TYPE_CHECKING:
+    from threadkeeper.adapters.profile import Backend
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -27,6 +42,53 @@ class RetentionHarness(Protocol):
     async def seed_memory(self, tenant_id: str, user_id: str, items: int) -> None: ...
 
     async def thread_exists(self, key: str) -> bool: ...
+
+
+class CheckpointRetentionHarness:
+    """Seeds real checkpoints, run records, feedback and store items into a backend whose
+    transcript is its checkpoints (embedded, postgres, the in-memory backend)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.retention: Any = backend.retention
+
+    async def seed_thread(
+        self, ref: ThreadRef, *, last_activity: datetime, messages: int, feedback: int = 0
+    ) -> None:
+        history: list[BaseMessage] = []
+        for index in range(messages):
+            kind = HumanMessage if index % 2 == 0 else AIMessage
+            history.append(kind(f"message {index}", id=f"{ref.key}-{index}"))
+        checkpoint = empty_checkpoint()
+        checkpoint["ts"] = last_activity.isoformat()  # the postgres profile's activity time
+        checkpoint["channel_values"] = {"messages": history}
+        checkpoint["channel_versions"] = {"messages": 1}
+        config: Any = {"configurable": {"thread_id": ref.key, "checkpoint_ns": ""}}
+        metadata: Any = {"tenant_id": ref.tenant_id, "user_id": ref.user_id, "step": 1}
+        await self.backend.saver.aput(config, checkpoint, metadata, {"messages": 1})
+        run = msgspec.structs.replace(
+            record(ref.key, tenant=ref.tenant_id, user=ref.user_id), created_at=last_activity
+        )
+        await self.backend.runs.save(run)
+        for _ in range(feedback):
+            extra = record(ref.key, tenant=ref.tenant_id, user=ref.user_id)
+            await self.backend.runs.save(extra)
+            await self.backend.runs.add_feedback(
+                Feedback(extra.run_id, ref.key, ref.tenant_id, ref.user_id, 1, None, last_activity)
+            )
+
+    async def seed_memory(self, tenant_id: str, user_id: str, items: int) -> None:
+        for index in range(items):
+            kind = MemoryKind.FACTS if index % 2 else MemoryKind.PROFILE
+            await self.backend.store.aput(
+                memory_namespace(tenant_id, user_id, kind),
+                f"key-{index}-{uuid.uuid4().hex[:4]}",
+                {"value": "v"},
+            )
+
+    async def thread_exists(self, key: str) -> bool:
+        found = await self.backend.saver.aget_tuple({"configurable": {"thread_id": key}})
+        return found is not None
 
 
 def ref(tenant: str = "acme", user: str | None = None) -> ThreadRef:

@@ -1,0 +1,20 @@
+"""The embedded profile's settings (``THREADKEEPER_<FIELD>``), and what it is: one process,
+SQLite in a data directory, no service token."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import msgspec
+
+
+class EmbeddedSettings(msgspec.Struct, frozen=True, kw_only=True):
+    requires_token: ClassVar[bool] = False
+    """One process on one machine (often a developer's): no service token required."""
+    history_in_checkpoints: ClassVar[bool] = True
+
+    data_dir: str = "./var"
+    """Where the SQLite file and the data-directory lock live."""
+
+
+SETTINGS = EmbeddedSettings

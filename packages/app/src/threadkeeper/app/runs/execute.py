@@ -1,0 +1,202 @@
+"""Executing one run: the graph inside the backend's round, then the round stored whole.
+
+The order is the backend's contract (``adapters.profile.Backend``): within the run's round,
+the transcript's seed (a cold start is stored with the round), the graph streamed into the
+run's queue under the run's deadline, the outcome read from the final state, the round stored
+(``RoundWork.store``: archive, checkpoints and run record in the profile's order, then
+upkeep); then memory; then the thread's lock is released; only then is ``end`` sent (or the
+JSON body returned). A run that ends any other way — the SSE client gone, an error, a crash —
+leaves the thread as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import AIMessageChunk, HumanMessage
+
+from threadkeeper.app.agent import RunTrace, current_trace
+from threadkeeper.app.runs.handles import LiveRun
+from threadkeeper.app.runs.outcome import finish
+from threadkeeper.app.runs.remember import MemoryWriter
+from threadkeeper.app.service import Caller, RunEvent, RunFailed, Unavailable, run_failure
+from threadkeeper.app.telemetry import record_failure, tracer
+from threadkeeper.domain.errors import DomainError, RunTimeout
+from threadkeeper.domain.threads import ThreadRef
+from threadkeeper.domain.tokens import TokenCounter, message_text
+
+if TYPE_CHECKING:  # the app is wired with a backend; it never imports one
+    from threadkeeper.adapters.profile import Backend
+
+log = logging.getLogger("threadkeeper.app.runs")
+
+
+def run_config(ref: ThreadRef, caller: Caller) -> dict[str, Any]:
+    """The graph's config for a run on ``ref`` (the checkpoints' thread is its key)."""
+    return {
+        "configurable": {
+            "thread_id": ref.key,
+            "tenant_id": ref.tenant_id,
+            "user_id": ref.user_id,
+            "locale": caller.locale or "",
+            "thread": ref.thread_id,
+        }
+    }
+
+
+@dataclass(frozen=True)
+class Started:
+    """A run the service has admitted: its thread held, its human message built."""
+
+    run: LiveRun
+    hold: AbstractAsyncContextManager[str]
+    claim: str
+    ref: ThreadRef
+    caller: Caller
+    human: HumanMessage
+    given_id: str | None
+
+
+class RunExecutor:
+    """Executes admitted runs (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        agent: Any,
+        backend: Backend,
+        memory: MemoryWriter,
+        counter: TokenCounter,
+        prompt: str,
+        run_timeout: float,
+        draining: Callable[[], bool],
+        profile: str = "",
+    ) -> None:
+        self.agent = agent
+        self.backend = backend
+        self.memory = memory
+        self.counter = counter
+        self.prompt = prompt
+        self.run_timeout = run_timeout
+        self.draining = draining
+        self.profile = profile
+
+    async def traced(self, started: Started) -> None:
+        """``execute`` in a ``threadkeeper.run`` span (a child of the request's span: the task
+        copies the request's context)."""
+        run, ref = started.run, started.ref
+        with tracer().start_as_current_span(
+            "threadkeeper.run",
+            record_exception=False,  # messages can hold thread keys: record_failure instead
+            set_status_on_exception=False,
+            attributes={
+                "threadkeeper.run_id": run.run_id,
+                "threadkeeper.tenant_id": ref.tenant_id,
+                "threadkeeper.thread_id": ref.thread_id,
+                "threadkeeper.profile": self.profile,
+            },
+        ) as span:
+            try:
+                await self.execute(started)
+            except BaseException as exc:
+                record_failure(span, exc)
+                raise
+            outcome = run.outcome
+            if outcome.done() and not outcome.cancelled() and outcome.exception() is None:
+                span.set_attribute("threadkeeper.status", outcome.result().status)
+            elif outcome.done() and not outcome.cancelled():
+                failure = outcome.exception()
+                if failure is not None:
+                    record_failure(span, failure)
+
+    async def execute(self, started: Started) -> None:
+        run, ref, human = started.run, started.ref, started.human
+        config = run_config(ref, started.caller)
+        trace = RunTrace()
+        current_trace.set(trace)
+        outcome = None
+        try:
+            await run.queue.put(
+                RunEvent("metadata", {"run_id": run.run_id, "thread_id": ref.thread_id})
+            )
+            with self.backend.round(ref.key, started.claim) as round_work:
+                deadline = asyncio.timeout(self.run_timeout)
+                try:
+                    async with deadline:
+                        seed = await self.backend.transcript.seed(ref.key)
+                        if seed is not None:  # a cold start, stored with the round
+                            await self.agent.aupdate_state(config, seed)
+                        async for mode, payload in self.agent.astream(
+                            {"messages": [human]},
+                            config,
+                            stream_mode=["messages", "custom"],
+                            durability="exit",
+                        ):
+                            event = stream_event(mode, payload)
+                            if event is not None:
+                                await run.queue.put(event)
+                        state = await self.agent.aget_state(config)
+                except TimeoutError as exc:
+                    if deadline.expired():
+                        raise RunTimeout(self.run_timeout) from exc
+                    raise
+                run.finishing = True
+                finished = finish(
+                    run_id=run.run_id,
+                    ref=ref,
+                    human=human,
+                    given_id=started.given_id,
+                    values=state.values,
+                    trace=trace,
+                    counter=self.counter,
+                    prompt=self.prompt,
+                )
+                with tracer().start_as_current_span("threadkeeper.commit", record_exception=False):
+                    await round_work.store(finished.record, finished.round, trace.tools)
+            outcome = finished.outcome  # stored: nothing from here on turns it into an error
+            if outcome.status == "answered":
+                await self.memory.write_or_retry(
+                    ref, human, outcome.message.content, run.run_id, started.claim
+                )
+        except asyncio.CancelledError:
+            failure: DomainError = RunFailed("the run was cancelled")
+            if self.draining():
+                failure = Unavailable("the service is shutting down; nothing was stored")
+            run.fail(failure)  # an SSE client still there gets `error`
+            raise
+        except Exception as exc:
+            failure = run_failure(exc)
+            if isinstance(failure, RunFailed):
+                log.exception("run %s on %s failed", run.run_id, ref.key)
+            else:
+                log.warning("run %s on %s: %s", run.run_id, ref.key, failure)
+            outcome = None
+            run.fail(failure)
+        finally:
+            with contextlib.suppress(Exception):
+                await started.hold.__aexit__(None, None, None)  # released before `end` is sent
+            if outcome is not None:
+                run.succeed(outcome)
+            run.close()
+
+
+def stream_event(mode: str, payload: Any) -> RunEvent | None:
+    """The SSE event of one item of the graph's stream (``None``: not one clients see)."""
+    if mode == "messages":
+        chunk, metadata = payload
+        if (
+            isinstance(chunk, AIMessageChunk)
+            and metadata.get("langgraph_node") == "model"
+            and (text := message_text(chunk))
+        ):
+            return RunEvent("messages", {"id": chunk.id, "delta": text})
+        return None
+    if mode == "custom" and isinstance(payload, dict) and "stage" in payload:
+        return RunEvent("custom", payload)
+    return None

@@ -1,0 +1,224 @@
+"""The run service: ``ThreadService`` over one opened backend and the compiled agent.
+
+Starting a run is here (validation, idempotency, the thread's lock); executing it is
+``execute``, its outcome ``outcome``, the memory it teaches ``remember``; reads and deletions
+are the backend's stored threads (``app.stored``). Shutdown drains the runs in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import HumanMessage
+
+from threadkeeper.app.memory import MemoryExtractor, RuleExtractor
+from threadkeeper.app.runs.execute import RunExecutor, Started, run_config
+from threadkeeper.app.runs.handles import CompletedRun, LiveRun
+from threadkeeper.app.runs.outcome import now
+from threadkeeper.app.runs.remember import MemoryWriter
+from threadkeeper.app.service import (
+    MAX_MESSAGE_BYTES,
+    Caller,
+    DuplicateMessage,
+    MemoryView,
+    MessageTooLong,
+    RunRequest,
+    Unavailable,
+    stored_result,
+)
+from threadkeeper.app.stored import StoredThreads
+from threadkeeper.domain.errors import MessageTooLarge
+from threadkeeper.domain.memory import MemoryRules
+from threadkeeper.domain.retention import ErasureReceipt
+from threadkeeper.domain.runs import IdempotencyMismatch
+from threadkeeper.domain.threads import ThreadRef, ThreadScope
+from threadkeeper.domain.tokens import REPLY_PRIMING, TokenCounter
+from threadkeeper.domain.transcript import TranscriptPage
+
+if TYPE_CHECKING:  # the composition root passes the backend in
+    from threadkeeper.adapters.profile import Backend
+
+RUN_TIMEOUT_SECONDS = 120.0
+SHUTDOWN_GRACE_SECONDS = 20.0
+log = logging.getLogger("threadkeeper.app.runs")
+
+
+class RunService:
+    """``ThreadService`` over a backend and an agent compiled with ``backend.checkpointer``."""
+
+    def __init__(
+        self,
+        *,
+        agent: Any,
+        backend: Backend,
+        counter: TokenCounter,
+        budget: int,
+        scope: ThreadScope,
+        rules: MemoryRules,
+        prompt: str,
+        extractor: MemoryExtractor | None = None,
+        run_timeout: float = RUN_TIMEOUT_SECONDS,
+        profile: str = "",
+    ) -> None:
+        self.agent = agent
+        self.backend = backend
+        self.counter = counter
+        self.budget = budget
+        self.scope = scope
+        self.threads = StoredThreads(backend, scope)
+        self.memory_writer = MemoryWriter(
+            backend.store, backend.fences, extractor or RuleExtractor(), rules
+        )
+        self.executor = RunExecutor(
+            agent=agent,
+            backend=backend,
+            memory=self.memory_writer,
+            counter=counter,
+            prompt=prompt,
+            run_timeout=run_timeout,
+            draining=lambda: self._draining,
+            profile=profile,
+        )
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Runs in flight (shutdown drains them)."""
+        self._runs: dict[asyncio.Task[None], LiveRun] = {}
+        self._draining = False
+
+    @property
+    def retention(self) -> Any:
+        """The backend's retention (the sweeper deletes through it)."""
+        return self.backend.retention
+
+    # -- starting a run ---------------------------------------------------------------------
+
+    async def start_run(
+        self, caller: Caller, thread_id: str, request: RunRequest
+    ) -> CompletedRun | LiveRun:
+        if self._draining:
+            raise Unavailable("the service is shutting down; retry on another replica")
+        ref = self.threads.ref(caller, thread_id)
+        content = request.message.content
+        size = len(content.encode("utf-8"))
+        if size > MAX_MESSAGE_BYTES:
+            raise MessageTooLong(size, MAX_MESSAGE_BYTES)
+        run_id = request.run_id or str(uuid.uuid4())
+        if request.run_id is not None and (done := await self._completed(ref, request)):
+            return done  # a retry of a completed run: its stored answer, no new run
+        human = HumanMessage(
+            content,
+            id=request.message.id or str(uuid.uuid4()),
+            response_metadata={"threadkeeper": {"at": now().isoformat(), "run_id": run_id}},
+        )
+        tokens = self.counter.count(human)
+        if tokens + REPLY_PRIMING > self.budget:
+            raise MessageTooLarge(tokens, self.budget)
+
+        hold = self.backend.lock.hold(ref.key, run_id, tenant_id=ref.tenant_id, user_id=ref.user_id)
+        claim = await hold.__aenter__()  # ThreadBusy propagates: nothing was stored
+        try:
+            if request.run_id is not None and (done := await self._completed(ref, request)):
+                await hold.__aexit__(None, None, None)
+                return done  # it completed while this retry waited for the thread
+            if request.message.id is not None:
+                await self._refuse_duplicate(ref, caller, request.message.id)
+            run = LiveRun(run_id)
+            started = Started(run, hold, claim, ref, caller, human, request.message.id)
+            task = asyncio.create_task(self.executor.traced(started))
+            run.task = task
+            self._tasks.add(task)
+            self._runs[task] = run
+            task.add_done_callback(self._run_done)
+        except BaseException:
+            await hold.__aexit__(None, None, None)
+            raise
+        return run
+
+    def _run_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._runs.pop(task, None)
+
+    async def _completed(self, ref: ThreadRef, request: RunRequest) -> CompletedRun | None:
+        """The stored answer when ``request.run_id`` completed in this thread with the same
+        request. ``run_id`` is an idempotency key scoped to the thread key: in another thread
+        (or user, or tenant) it names another run.
+
+        Raises:
+            IdempotencyMismatch: the run completed here with another message.
+        """
+        assert request.run_id is not None
+        done = await self.backend.runs.get(ref.key, request.run_id)
+        if done is None:
+            return None
+        field = done.mismatch(request.message.content, request.message.id)
+        if field is not None:
+            raise IdempotencyMismatch(request.run_id, field)
+        return CompletedRun(request.run_id, stored_result(done.response), ref.thread_id)
+
+    async def _refuse_duplicate(self, ref: ThreadRef, caller: Caller, message_id: str) -> None:
+        earlier = await self.backend.runs.by_human_message(ref.key, message_id)
+        if earlier is not None:
+            raise DuplicateMessage(message_id, earlier.run_id)
+        state = await self.agent.aget_state(run_config(ref, caller))
+        if any(m.id == message_id for m in (state.values or {}).get("messages", [])):
+            raise DuplicateMessage(message_id, None)
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    async def wait_idle(self) -> None:
+        """Wait for every run in flight (and memory retries)."""
+        background = self.memory_writer.background
+        if self._tasks or background:
+            await asyncio.gather(*self._tasks, *background, return_exceptions=True)
+
+    async def drain(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> int:
+        """Shutdown: let the runs in flight finish for up to ``grace`` seconds, then cancel
+        the rest — a cancelled run leaves its thread as it was, and its client is told the
+        service is shutting down (503) — except the runs already storing their round
+        (cancelling a commit would leave its outcome unknown), which are waited for. How many
+        runs were cancelled."""
+        self._draining = True
+        pending = {t for t in self._tasks if not t.done()}
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=grace)
+        cancelled = [t for t in pending if not (r := self._runs.get(t)) or not r.finishing]
+        for task in cancelled:
+            task.cancel()
+        if cancelled:
+            log.warning(
+                "shutdown: %d run(s) did not finish in %g s and were cancelled; their threads "
+                "are unchanged",
+                len(cancelled),
+                grace,
+            )
+        await self.wait_idle()
+        return len(cancelled)
+
+    # -- reads and deletions (the stored threads) -------------------------------------------
+
+    async def messages(
+        self, caller: Caller, thread_id: str, *, limit: int, before: str | None
+    ) -> TranscriptPage:
+        return await self.threads.messages(caller, thread_id, limit=limit, before=before)
+
+    async def delete_thread(self, caller: Caller, thread_id: str) -> None:
+        await self.threads.delete_thread(caller, thread_id)
+
+    async def add_feedback(
+        self, caller: Caller, thread_id: str, run_id: str, score: int, comment: str | None
+    ) -> None:
+        await self.threads.add_feedback(caller, thread_id, run_id, score, comment)
+
+    async def memory(self, caller: Caller) -> MemoryView:
+        return await self.threads.memory(caller)
+
+    async def reset_memory(self, caller: Caller) -> int:
+        return await self.threads.reset_memory(caller)
+
+    async def erase_user(self, caller: Caller) -> ErasureReceipt:
+        return await self.threads.erase_user(caller)
+
+    async def ready(self) -> dict[str, str]:
+        return await self.threads.ready()

@@ -1,0 +1,372 @@
+"""``RunService`` on the in-memory backend (both transcript designs): the real agent, hooks and
+round, with a scripted model — a run stores its round, a retry returns it, refusals store
+nothing, a failing, cancelled or drained run leaves the thread as it was, a thread whose
+checkpoints are gone starts cold from the archive, and an answered run teaches memory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage
+from pydantic import PrivateAttr
+
+from tests.support.scripted_model import ScriptedChatModel
+from threadkeeper.adapters import profiles
+from threadkeeper.adapters.knowledge import KnowledgeBase
+from threadkeeper.app.builtin_model import BuiltinChatModel
+from threadkeeper.app.config import Settings
+from threadkeeper.app.container import build_service
+from threadkeeper.app.runs import CompletedRun, LiveRun, RunService
+from threadkeeper.app.service import (
+    Caller,
+    DuplicateMessage,
+    RunMessage,
+    RunRequest,
+    RunResultOut,
+    Unavailable,
+)
+from threadkeeper.conformance import in_memory
+from threadkeeper.conformance.in_memory import InMemoryBackend
+from threadkeeper.domain.errors import DomainError, ThreadBusy
+from threadkeeper.domain.estimate import EstimatingCounter
+from threadkeeper.domain.runs import IdempotencyMismatch
+from threadkeeper.domain.tokens import message_text
+
+CALLER = Caller(tenant_id="acme-insurance", user_id="user-1")
+DENTAL = "I am married and have two kids. Are fillings covered by dental insurance?"
+ANSWER = "Dental cover pays for fillings at 80% [dental-cover.en#2]."
+
+
+class GatedModel(ScriptedChatModel):
+    """Answers once ``release()`` is called; ``entered`` is set when a call is waiting."""
+
+    _gate: asyncio.Event = PrivateAttr(default_factory=asyncio.Event)
+    _entered: asyncio.Event = PrivateAttr(default_factory=asyncio.Event)
+
+    def release(self) -> None:
+        self._gate.set()
+
+    async def entered(self) -> None:
+        await asyncio.wait_for(self._entered.wait(), timeout=10)
+
+    async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self._entered.set()
+        await self._gate.wait()
+        return self._generate(messages, *args, **kwargs)
+
+
+def failing(_: list[BaseMessage]) -> AIMessage:
+    raise RuntimeError("the provider is down")
+
+
+@pytest.fixture
+def memory_profile(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The in-memory profile registered (``docs/writing-a-backend.md``)."""
+    monkeypatch.setitem(profiles.PROFILES, in_memory.NAME, in_memory.PACKAGE)
+    profiles.profile.cache_clear()
+    profiles.profile_settings.cache_clear()
+    yield in_memory.NAME
+    profiles.profile.cache_clear()
+    profiles.profile_settings.cache_clear()
+
+
+@pytest.fixture(params=[False, True], ids=["checkpoint-transcript", "archive-transcript"])
+def backend(request: pytest.FixtureRequest) -> InMemoryBackend:
+    return InMemoryBackend(archive=bool(request.param))
+
+
+def service_with(model: Any, backend: InMemoryBackend, profile: str, **values: Any) -> RunService:
+    # model="builtin" in the settings picks the rule-based memory extractor and the extractive
+    # summarizer: the scripted model answers the runs alone
+    settings = Settings.of(profile=profile, model_max_retries=0, **values)
+    return build_service(
+        settings=settings,
+        backend=backend,
+        counter=EstimatingCounter(),
+        knowledge=KnowledgeBase.from_directory(),
+        model=model,
+    )
+
+
+def request(content: str = DENTAL, **kw: Any) -> RunRequest:
+    message_id = kw.pop("message_id", None)
+    return RunRequest(RunMessage(content, message_id), **kw)
+
+
+def thread() -> str:
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+async def head(backend: InMemoryBackend, key: str) -> str | None:
+    found = await backend.saver.aget_tuple({"configurable": {"thread_id": key}})
+    return None if found is None else str(found.config["configurable"]["checkpoint_id"])
+
+
+async def transcript(service: RunService, thread_id: str) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in await service.threads.transcript(CALLER, thread_id)]
+
+
+async def nothing_stored(backend: InMemoryBackend, key: str) -> None:
+    assert await head(backend, key) is None
+    assert await backend.runs.user_threads(CALLER.tenant_id, CALLER.user_id) == []
+    if backend.archive is not None:
+        assert await backend.archive.count(key) == 0
+
+
+# --- a run ------------------------------------------------------------------------------------
+
+
+async def test_a_run_stores_its_round_and_returns_its_outcome(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    service = service_with(ScriptedChatModel(default=ANSWER), backend, memory_profile)
+    name = thread()
+    handle = await service.start_run(CALLER, name, request())
+    assert isinstance(handle, LiveRun)
+    outcome = await handle.result()
+    await service.wait_idle()
+
+    assert isinstance(outcome, RunResultOut)
+    assert (outcome.run_id, outcome.thread_id, outcome.status) == (handle.run_id, name, "answered")
+    assert outcome.message.content == ANSWER
+    key = service.threads.ref(CALLER, name).key
+    record = await backend.runs.get(key, handle.run_id)
+    assert record is not None
+    assert record.response == msgspec.to_builtins(outcome)
+    assert record.checkpoint_id == await head(backend, key)
+    page = await service.messages(CALLER, name, limit=20, before=None)
+    assert [(m.role, m.content) for m in page.messages] == [("human", DENTAL), ("ai", ANSWER)]
+    assert page.messages[1].id == outcome.message.id
+
+
+async def test_the_event_stream_ends_with_the_stored_outcome(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    service = service_with(ScriptedChatModel(default=ANSWER), backend, memory_profile)
+    handle = await service.start_run(CALLER, thread(), request())
+    events = [event async for event in handle.events()]
+    assert events[0].event == "metadata"
+    assert events[-1].event == "end"
+    assert events[-1].data == await handle.result()
+    await service.wait_idle()
+
+
+async def test_a_retry_of_a_completed_run_returns_its_stored_outcome(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    model = ScriptedChatModel(default=ANSWER)
+    service = service_with(model, backend, memory_profile)
+    name, run_id = thread(), str(uuid.uuid4())
+    first = await (await service.start_run(CALLER, name, request(run_id=run_id))).result()
+    await service.wait_idle()
+    calls = len(model.calls)
+
+    retry = await service.start_run(CALLER, name, request(run_id=run_id))
+    assert isinstance(retry, CompletedRun)
+    assert await retry.result() == first
+    assert len(model.calls) == calls, "a retry runs no model"
+    assert await transcript(service, name) == [("human", DENTAL), ("ai", ANSWER)]
+    other = await service.start_run(CALLER, thread(), request(run_id=run_id))
+    assert isinstance(other, LiveRun), "the run_id is scoped to the thread"
+    await other.result()
+    await service.wait_idle()
+
+
+async def test_a_completed_run_id_with_another_request_is_refused(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    service = service_with(ScriptedChatModel(default=ANSWER), backend, memory_profile)
+    name, run_id = thread(), str(uuid.uuid4())
+    await (await service.start_run(CALLER, name, request(run_id=run_id, message_id="m-1"))).result()
+    await service.wait_idle()
+    with pytest.raises(IdempotencyMismatch) as without_id:
+        await service.start_run(CALLER, name, request(run_id=run_id))
+    assert without_id.value.field == "message.id"
+    with pytest.raises(IdempotencyMismatch) as other_id:
+        await service.start_run(CALLER, name, request(run_id=run_id, message_id="m-2"))
+    assert other_id.value.field == "message.id"
+    with pytest.raises(IdempotencyMismatch) as other_text:
+        await service.start_run(CALLER, name, request("Other", run_id=run_id, message_id="m-1"))
+    assert other_text.value.field == "message.content"
+    assert len(await transcript(service, name)) == 2
+
+
+async def test_a_message_id_already_in_the_thread_is_refused(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    service = service_with(ScriptedChatModel(default=ANSWER), backend, memory_profile)
+    name, run_id = thread(), str(uuid.uuid4())
+    await (await service.start_run(CALLER, name, request(run_id=run_id, message_id="m-1"))).result()
+    await service.wait_idle()
+    with pytest.raises(DuplicateMessage) as refused:
+        await service.start_run(CALLER, name, request("Again?", message_id="m-1"))
+    assert refused.value.run_id == run_id
+    assert await transcript(service, name) == [("human", DENTAL), ("ai", ANSWER)]
+    later = await service.start_run(CALLER, name, request("Again?", message_id="m-2"))
+    await later.result()  # the refusal released the thread
+    await service.wait_idle()
+
+
+async def test_a_second_run_on_a_thread_in_flight_is_refused(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    model = GatedModel(default=ANSWER)
+    service = service_with(model, backend, memory_profile)
+    name = thread()
+    first = await service.start_run(CALLER, name, request())
+    await model.entered()
+    with pytest.raises(ThreadBusy) as busy:
+        await service.start_run(CALLER, name, request("And braces?"))
+    assert busy.value.running_run_id == first.run_id
+    model.release()
+    assert (await first.result()).status == "answered"
+    await service.wait_idle()
+    assert len(await transcript(service, name)) == 2, "the refused run stored nothing"
+
+
+# --- runs that do not finish leave the thread as it was -----------------------------------------
+
+
+async def test_a_failing_model_leaves_the_thread_exactly_as_it_was(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    model = ScriptedChatModel(default=ANSWER)
+    service = service_with(model, backend, memory_profile)
+    name = thread()
+    key = service.threads.ref(CALLER, name).key
+    await (await service.start_run(CALLER, name, request())).result()
+    await service.wait_idle()
+    before = (await head(backend, key), await transcript(service, name))
+    memory = await service.memory(CALLER)
+
+    model.script.append(failing)
+    handle = await service.start_run(CALLER, name, request("Is braces treatment covered?"))
+    with pytest.raises(DomainError):
+        await handle.result()
+    await service.wait_idle()
+    assert (await head(backend, key), await transcript(service, name)) == before
+    assert await backend.runs.get(key, handle.run_id) is None
+    assert await service.memory(CALLER) == memory
+
+    fresh = thread()
+    model.script.append(failing)
+    with pytest.raises(DomainError):
+        await (await service.start_run(CALLER, fresh, request())).result()
+    await service.wait_idle()
+    assert await head(backend, service.threads.ref(CALLER, fresh).key) is None
+
+
+async def test_closing_the_event_stream_cancels_the_run_and_stores_nothing(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    model = GatedModel(default=ANSWER)
+    service = service_with(model, backend, memory_profile)
+    name = thread()
+    handle = await service.start_run(CALLER, name, request())
+    assert isinstance(handle, LiveRun)
+    events = handle.events()
+    assert (await events.__anext__()).event == "metadata"
+    await model.entered()
+    await events.aclose()  # the SSE client is gone
+    assert handle.task is not None
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(handle.task, timeout=10)
+    await nothing_stored(backend, service.threads.ref(CALLER, name).key)
+    model.release()
+    again = await service.start_run(CALLER, name, request())  # the thread is free
+    await again.result()
+    await service.wait_idle()
+    assert len(await transcript(service, name)) == 2
+
+
+async def test_drain_waits_for_runs_that_finish_within_the_grace(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    model = GatedModel(default=ANSWER)
+    service = service_with(model, backend, memory_profile)
+    name = thread()
+    handle = await service.start_run(CALLER, name, request())
+    await model.entered()
+    draining = asyncio.create_task(service.drain(grace=10))
+    await asyncio.sleep(0.05)
+    with pytest.raises(Unavailable):
+        await service.start_run(CALLER, thread(), request())
+    model.release()
+    assert await draining == 0
+    assert (await handle.result()).status == "answered"
+    assert len(await transcript(service, name)) == 2
+
+
+async def test_drain_cancels_the_runs_past_the_grace_and_they_store_nothing(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    model = GatedModel(default=ANSWER)
+    service = service_with(model, backend, memory_profile)
+    name = thread()
+    handle = await service.start_run(CALLER, name, request())
+    await model.entered()
+    assert await service.drain(grace=0.1) == 1
+    with pytest.raises(Unavailable, match="shutting down"):
+        await handle.result()
+    await nothing_stored(backend, service.threads.ref(CALLER, name).key)
+
+
+# --- cold start and memory --------------------------------------------------------------------
+
+
+async def test_a_thread_whose_checkpoints_are_gone_starts_cold_from_the_archive(
+    memory_profile: str,
+) -> None:
+    backend = InMemoryBackend(archive=True)
+    model = ScriptedChatModel(default=ANSWER)
+    service = service_with(model, backend, memory_profile)
+    name = thread()
+    key = service.threads.ref(CALLER, name).key
+    for content in (DENTAL, "Does the cover include root canals?"):
+        await (await service.start_run(CALLER, name, request(content))).result()
+    await service.wait_idle()
+    await backend.saver.adelete_thread(key)  # a TTL, a flush, a restart
+    assert await head(backend, key) is None
+
+    await (await service.start_run(CALLER, name, request("And for my kids?"))).result()
+    await service.wait_idle()
+    shown = [message_text(m) for m in model.calls[-1]]
+    assert any(DENTAL in text for text in shown), "the model saw the archived turns"
+    assert len(await transcript(service, name)) == 6
+    state = await backend.saver.aget_tuple({"configurable": {"thread_id": key}})
+    assert state is not None
+    assert len(state.checkpoint["channel_values"]["messages"]) >= 6
+    assert await backend.transcript.seed(key) is None, "the cold start was stored"
+
+
+async def test_an_answered_run_teaches_memory_with_its_provenance(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    service = service_with(BuiltinChatModel(), backend, memory_profile)
+    name = thread()
+    handle = await service.start_run(CALLER, name, request(message_id="m-kids"))
+    assert (await handle.result()).status == "answered"
+    await service.wait_idle()
+    memory = await service.memory(CALLER)
+    profile = {entry.key: entry for entry in memory.profile}
+    assert profile["household"].value == "married; 2 children"
+    assert profile["household"].source["thread_id"] == name
+    assert profile["household"].source["message_id"] == "m-kids"
+    assert "product:dental" in {entry.key for entry in memory.facts}
+
+
+async def test_a_failed_run_teaches_nothing(backend: InMemoryBackend, memory_profile: str) -> None:
+    model = ScriptedChatModel()
+    model.script.append(failing)
+    service = service_with(model, backend, memory_profile)
+    with pytest.raises(DomainError):
+        await (await service.start_run(CALLER, thread(), request())).result()
+    await service.wait_idle()
+    memory = await service.memory(CALLER)
+    assert (memory.profile, memory.facts) == ([], [])
