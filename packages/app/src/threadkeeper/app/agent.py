@@ -42,7 +42,13 @@ from langgraph.types import Command
 from opentelemetry import trace as otel_trace
 
 from threadkeeper.app.stored import load_memory
-from threadkeeper.app.telemetry import ModelCallTracing, capture_content, record_failure, tracer
+from threadkeeper.app.telemetry import (
+    ModelCallTracing,
+    capture_content,
+    record_failure,
+    tracer,
+    untraced_langsmith_inline,
+)
 from threadkeeper.domain.escalation import HANDOFF_MESSAGES, detect_language, escalation_due
 from threadkeeper.domain.history import Window
 from threadkeeper.domain.prompt import render_system
@@ -304,6 +310,7 @@ def build_agent(
     """The compiled agent graph (compiled once; reused for every run). ``model_middleware``
     (deadline, retries, fallback: ``app.model_calls``) wraps each model call inside the
     history hooks, so a retry sends the same window."""
+    untraced_langsmith_inline()
     return create_agent(
         model,
         list(tools),

@@ -30,6 +30,7 @@ tool-call replies carry no status. ``usage_metadata`` is set on every reply (see
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import math
@@ -115,6 +116,8 @@ _ZH_STOP_CHARS: Final = ZH_STOP_CHARS | ZH_WEAK_STOP_CHARS
 _ZH_STOP_BIGRAMS: Final = ZH_STOP_WORDS | ZH_WEAK_STOP_WORDS | ZH_REQUEST_WORDS
 _WORD: Final = re.compile(r"[^\W_]+")
 _CJK_SPLIT: Final = re.compile(f"[{CJK_CLASS}]+|[^{CJK_CLASS}]+")
+_CJK_CHAR: Final = re.compile(f"[{CJK_CLASS}]")
+"""One CJK character (``is_cjk``), for counting them at the regex engine's speed."""
 
 
 def _stem(word: str) -> str:
@@ -130,6 +133,7 @@ def _stem(word: str) -> str:
     return word
 
 
+@functools.lru_cache(maxsize=8192)  # the knowledge base's sentences recur in every prompt
 def _terms(text: str) -> frozenset[str]:
     """Content terms of ``text``: CJK runs as character bigrams (bigrams with a function
     character, function words and words of asking dropped), everything else as folded,
@@ -164,7 +168,8 @@ class _Sentence:
     heading: bool
 
 
-def _sentences(text: str) -> list[_Sentence]:
+@functools.lru_cache(maxsize=2048)  # a chunk's sentences, read again in every run it is shown
+def _sentences(text: str) -> tuple[_Sentence, ...]:
     """Sentences (and lines) of ``text``, bullets and heading markers stripped.
 
     A sentence is a heading when its line is marked as one (``# title``, ``## heading``),
@@ -184,14 +189,14 @@ def _sentences(text: str) -> list[_Sentence]:
             and not pieces[0].endswith(_SENTENCE_END)
         )
         out.extend(_Sentence(p, marked or first or _is_heading(p)) for p in pieces)
-    return out
+    return tuple(out)
 
 
 def _is_heading(line: str) -> bool:
     """A short line without closing punctuation, e.g. a document title."""
     if line.endswith((".", "!", "?", "؟", "。", "！", "？", "；", ":", "：", "…")):
         return False
-    return len(line.split()) <= 6 and sum(1 for ch in line if is_cjk(ch)) <= 12
+    return len(line.split()) <= 6 and len(_CJK_CHAR.findall(line)) <= 12
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,6 +434,10 @@ def _doc_scores(question: frozenset[str], docs: Sequence[tuple[str, str, str]]) 
     return {doc_id: len(titles[doc_id]) + len(texts[doc_id]) for doc_id in titles}
 
 
+_language_of: Final = functools.lru_cache(maxsize=8192)(detect_language)
+"""``detect_language`` of a knowledge-base sentence (they recur in every prompt)."""
+
+
 def _candidates(
     sources: Sequence[str], question: frozenset[str], language: Language, docs: Sequence[str]
 ) -> list[_Candidate]:
@@ -440,7 +449,7 @@ def _candidates(
                 _Candidate(
                     sentence=sentence.text,
                     score=len(question & _terms(sentence.text)),
-                    in_user_script=detect_language(sentence.text) == language,
+                    in_user_script=_language_of(sentence.text) == language,
                     source=source,
                     position=position,
                     heading=sentence.heading,
@@ -608,7 +617,7 @@ def estimate_input_tokens(messages: Sequence[BaseMessage]) -> int:
                 for c in message.tool_calls
             )
     text = "".join(parts)
-    cjk = sum(1 for char in text if is_cjk(char))
+    cjk = len(_CJK_CHAR.findall(text))
     return cjk + math.ceil((len(text) - cjk) / 4)
 
 
@@ -618,6 +627,24 @@ def _usage(input_tokens: int, output_tokens: int) -> UsageMetadata:
         output_tokens=output_tokens,
         total_tokens=input_tokens + output_tokens,
     )
+
+
+_SPECS: dict[int, tuple[Any, dict[str, Any]]] = {}
+"""``id(tool)`` → (the tool, its OpenAI spec): ``create_agent`` binds the same tools on every
+model call, and converting one walks its JSON schema (2.5% of a run's CPU, py-spy)."""
+
+
+def _openai_spec(tool: Any) -> dict[str, Any]:
+    if isinstance(tool, dict):
+        return convert_to_openai_tool(tool)
+    known = _SPECS.get(id(tool))
+    if known is not None and known[0] is tool:
+        return known[1]
+    spec = convert_to_openai_tool(tool)
+    if len(_SPECS) >= 256:  # tools are made once per agent: a full table means they are not
+        _SPECS.clear()
+    _SPECS[id(tool)] = (tool, spec)  # the tool is held, so its id is not reused
+    return spec
 
 
 def _tool_names(tools: Any) -> frozenset[str]:
@@ -673,7 +700,7 @@ class BuiltinChatModel(BaseChatModel):
         """Bind tools as OpenAI-format specs (``tools=[...]``), as providers do."""
         if tool_choice is not None:
             kwargs["tool_choice"] = tool_choice
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+        return self.bind(tools=[_openai_spec(t) for t in tools], **kwargs)
 
     # -- composing --------------------------------------------------------------------------
 

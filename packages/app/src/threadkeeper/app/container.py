@@ -40,7 +40,11 @@ def build_model(
 
     try:
         try:
-            return init_chat_model(name, timeout=timeout_seconds, max_retries=0, stream_usage=True)
+            # streaming=True: a provider streams even when nobody reads the deltas (a JSON
+            # run), so a hung or cut stream is noticed the same way on both
+            return init_chat_model(
+                name, timeout=timeout_seconds, max_retries=0, stream_usage=True, streaming=True
+            )
         except (TypeError, ValueError):  # a provider class without these settings
             return init_chat_model(name)
     except (ImportError, ValueError) as exc:

@@ -49,6 +49,11 @@ class RunMessage(msgspec.Struct, frozen=True):
 class RunRequest(msgspec.Struct, frozen=True):
     message: RunMessage
     run_id: str | None = None
+    deltas: bool = True
+    """The caller reads the answer as it is written (SSE ``messages`` events). A JSON caller
+    does not: the graph is then run without a token stream, so the builtin model answers in
+    one message instead of a chunk per token (a provider configured to stream still streams:
+    ``streaming=True``)."""
 
 
 class DuplicateMessage(DomainError):

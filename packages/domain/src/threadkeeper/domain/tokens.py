@@ -33,6 +33,8 @@ TOOL_CALL_FRAMING = 3
 REPLY_PRIMING = 3
 
 _CACHE_LIMIT = 200_000
+_SYSTEM_CACHE_LIMIT = 256
+"""System texts kept (a prompt is a few KiB; a full cache is cleared, as the message cache)."""
 
 
 def message_text(message: BaseMessage) -> str:
@@ -68,6 +70,8 @@ class TokenCounter(ABC):
     def __init__(self) -> None:
         self._cache: dict[tuple[str, int, tuple[str, ...]], int] = {}
         """(id, hash of the text, fingerprint of the tool calls) → tokens."""
+        self._system_cache: dict[str, int] = {}
+        """System prompt or summary text → tokens (keyed by the text itself: exact)."""
         self._lock = threading.Lock()
 
     @abstractmethod
@@ -112,8 +116,22 @@ class TokenCounter(ABC):
         return tokens
 
     def count_system(self, text: str) -> int:
-        """Tokens of a system prompt or summary sent as one system message."""
-        return MESSAGE_FRAMING + self.count_text(text) if text else 0
+        """Tokens of a system prompt or summary sent as one system message.
+
+        Cached by the text: a thread's summary and a prompt over the same retrieved documents
+        and memory are counted again on every model call otherwise.
+        """
+        if not text:
+            return 0
+        cached = self._system_cache.get(text)
+        if cached is not None:
+            return cached
+        tokens = MESSAGE_FRAMING + self.count_text(text)
+        with self._lock:
+            if len(self._system_cache) >= _SYSTEM_CACHE_LIMIT:
+                self._system_cache.clear()
+            self._system_cache[text] = tokens
+        return tokens
 
 
 class VocabularyError(RuntimeError):

@@ -38,6 +38,7 @@ from sqlalchemy.pool import StaticPool
 from threadkeeper.adapters.atomic import StagedPut
 from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
 from threadkeeper.adapters.rounds import RoundsOf, RoundStore, RoundWrite
+from threadkeeper.adapters.serde import checkpoint_serializer
 from threadkeeper.adapters.sql import (
     SqlAccess,
     SqlRunFences,
@@ -233,7 +234,7 @@ async def open_embedded(data_dir: str | Path, *, exclusive: bool = True) -> Asyn
         async with engine.connect() as conn:  # the one connection, kept by the StaticPool
             connection = cast("Any", (await conn.get_raw_connection()).driver_connection)
         guard = asyncio.Lock()
-        saver = AsyncSqliteSaver(connection)
+        saver = AsyncSqliteSaver(connection, serde=checkpoint_serializer())
         saver.lock = guard
         await saver.setup()
         store = AsyncSqliteStore(connection)

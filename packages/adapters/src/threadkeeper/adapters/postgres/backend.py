@@ -37,6 +37,7 @@ from threadkeeper.adapters.postgres.retention import PostgresRetention
 from threadkeeper.adapters.postgres.rounds import PostgresRoundStore
 from threadkeeper.adapters.profile import SchemaNotReady
 from threadkeeper.adapters.rounds import RoundsOf
+from threadkeeper.adapters.serde import checkpoint_serializer
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
 from threadkeeper.adapters.timeouts import answer_within
 from threadkeeper.adapters.transcripts import CheckpointTranscript
@@ -252,7 +253,7 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
                 "the PostgreSQL schema is not ready (" + "; ".join(problems) + "): run "
                 "`threadkeeper migrate` with THREADKEEPER_PROFILE=postgres first"
             )
-        saver = MessageLedger(AsyncPostgresSaver(pool), pool)
+        saver = MessageLedger(AsyncPostgresSaver(pool, serde=checkpoint_serializer()), pool)
         store = AsyncPostgresStore(pool)
         runs = SqlRunRecords(engine)
         fences = SqlRunFences(engine, None)

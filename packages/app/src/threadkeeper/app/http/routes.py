@@ -239,6 +239,7 @@ async def start_run(
     run_request = RunRequest(
         message=RunMessage(content=content, id=data.message.id),
         run_id=_run_id(data.run_id, "body") if data.run_id is not None else None,
+        deltas=representation != JSON,
     )
     if run_rate_limit is not None:
         await run_rate_limit.check(caller)  # after validation: only valid requests count

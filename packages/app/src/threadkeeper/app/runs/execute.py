@@ -36,6 +36,12 @@ if TYPE_CHECKING:  # the app is wired with a backend; it never imports one
 
 log = logging.getLogger("threadkeeper.app.runs")
 
+STREAM_MODES = ["messages", "custom"]
+"""An SSE run: the model's token stream (``messages``) and the stages (``custom``)."""
+CUSTOM_ONLY = ["custom"]
+"""A JSON run: no token stream is asked for, so no model streams one for nobody (a chunk per
+token is an object, a callback and a merge each)."""
+
 
 def run_config(ref: ThreadRef, caller: Caller) -> dict[str, Any]:
     """The graph's config for a run on ``ref`` (the checkpoints' thread is its key)."""
@@ -61,6 +67,8 @@ class Started:
     caller: Caller
     human: HumanMessage
     given_id: str | None
+    deltas: bool = True
+    """Whether the answer's deltas are streamed to the caller (``RunRequest.deltas``)."""
 
 
 class RunExecutor:
@@ -135,7 +143,7 @@ class RunExecutor:
                         async for mode, payload in self.agent.astream(
                             {"messages": [human]},
                             config,
-                            stream_mode=["messages", "custom"],
+                            stream_mode=STREAM_MODES if started.deltas else CUSTOM_ONLY,
                             durability="exit",
                         ):
                             event = stream_event(mode, payload)

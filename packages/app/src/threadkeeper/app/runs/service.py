@@ -125,7 +125,9 @@ class RunService:
             if request.message.id is not None:
                 await self._refuse_duplicate(ref, caller, request.message.id)
             run = LiveRun(run_id)
-            started = Started(run, hold, claim, ref, caller, human, request.message.id)
+            started = Started(
+                run, hold, claim, ref, caller, human, request.message.id, request.deltas
+            )
             task = asyncio.create_task(self.executor.traced(started))
             run.task = task
             self._tasks.add(task)
