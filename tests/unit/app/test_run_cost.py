@@ -27,6 +27,7 @@ from langchain_core.messages import (
 )
 from langchain_core.outputs import ChatGenerationChunk
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langsmith import _runtime_overrides
 from langsmith._internal import _aiter
 from pydantic import PrivateAttr
@@ -34,7 +35,7 @@ from pydantic import PrivateAttr
 from tests.support.scripted_model import ScriptedChatModel
 from threadkeeper.adapters import profiles
 from threadkeeper.adapters.knowledge import KnowledgeBase
-from threadkeeper.adapters.serde import MessageMemo, checkpoint_serializer
+from threadkeeper.adapters.serde import MemoSerializer, MessageMemo, checkpoint_serializer
 from threadkeeper.app.config import Settings
 from threadkeeper.app.container import build_service
 from threadkeeper.app.runs import RunService
@@ -190,9 +191,9 @@ def _history() -> list[BaseMessage]:
     ]
 
 
-def test_a_memoized_decode_equals_a_fresh_one_and_is_a_copy() -> None:
+def test_a_memoized_decode_equals_a_fresh_one_and_notices_an_assigned_field() -> None:
     serde = checkpoint_serializer()
-    plain = type(serde)()
+    plain = JsonPlusSerializer()
     blob = serde.dumps_typed({"messages": _history(), "n": 3})
     first = serde.loads_typed(blob)
     second = serde.loads_typed(blob)
@@ -202,15 +203,16 @@ def test_a_memoized_decode_equals_a_fresh_one_and_is_a_copy() -> None:
     hook = serde._unpack_ext_hook
     assert isinstance(hook, MessageMemo)
     assert hook.hits >= len(_history())
+    assert first["messages"][0] is second["messages"][0], "handed out again, not copied"
     second["messages"][3].content = "changed by a caller"
-    assert serde.loads_typed(blob)["messages"][3].content == "Yes, in the EU."
-    assert first["messages"][0] is not second["messages"][0]
+    third = serde.loads_typed(blob)
+    assert third["messages"][3].content == "Yes, in the EU.", "decoded again"
+    assert third == fresh
 
 
 def test_the_memo_is_bounded_by_the_bytes_it_keeps() -> None:
-    serde = checkpoint_serializer()
-    memo = MessageMemo(serde._unpack_ext_hook, budget=2_000)
-    bounded = type(serde)(__unpack_ext_hook__=memo)
+    memo = MessageMemo(JsonPlusSerializer()._unpack_ext_hook, budget=2_000)
+    bounded = MemoSerializer(memo)
     for i in range(50):
         blob = bounded.dumps_typed([HumanMessage(f"message {i} " * 10, id=f"m{i}")])
         assert bounded.loads_typed(blob)[0].content == f"message {i} " * 10
@@ -235,3 +237,29 @@ async def test_a_thread_read_back_through_the_memo_is_what_was_stored(tmp_path: 
     for read in reads:
         assert read is not None
         assert read.checkpoint["channel_values"]["messages"] == _history()
+
+
+def test_an_unchanged_history_is_written_as_the_bytes_it_was_read_from() -> None:
+    serde = checkpoint_serializer()
+    plain = JsonPlusSerializer()
+    blob = plain.dumps_typed({"messages": _history()})
+    read = serde.loads_typed(blob)
+    again = serde.dumps_typed(read)
+    assert serde.memo.reused == len(_history())
+    assert again == blob, "the same bytes, message by message"
+    assert plain.loads_typed(again) == {"messages": _history()}
+
+    read["messages"][3].content = "Corrected: in the EU and Switzerland."
+    changed = serde.dumps_typed(read)
+    assert plain.loads_typed(changed)["messages"][3].content == (
+        "Corrected: in the EU and Switzerland."
+    )
+    assert plain.loads_typed(changed)["messages"][:3] == _history()[:3]
+
+
+def test_a_new_message_beside_read_ones_is_encoded_as_langgraph_does() -> None:
+    serde = checkpoint_serializer()
+    plain = JsonPlusSerializer()
+    read = serde.loads_typed(plain.dumps_typed(_history()))
+    new = AIMessage("A new answer.", id="a3")
+    assert serde.dumps_typed([*read, new]) == plain.dumps_typed([*_history(), new])

@@ -216,3 +216,54 @@ def test_summary_state_round_trips() -> None:
 def test_no_state_is_no_summary() -> None:
     assert Summary.from_state(None) is None
     assert Summary.from_state({}) is None
+
+
+class CountingCounter(CharacterCounter):
+    """Counts how many texts it was asked to count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts = 0
+
+    def count_text(self, text: str) -> int:
+        self.texts += 1
+        return super().count_text(text)
+
+
+def _greedy(lines: list[str], head_lines: int, fits: object) -> list[str]:
+    """The selection as a walk line by line (the rule ``_select`` implements)."""
+    assert callable(fits)
+    head: list[str] = []
+    for line in lines[:head_lines]:
+        if not fits([*head, line]):
+            break
+        head.append(line)
+    tail: list[str] = []
+    for line in reversed(lines[head_lines:]):
+        if not fits([*head, line, *tail]):
+            break
+        tail.insert(0, line)
+    return [*head, *tail]
+
+
+@pytest.mark.parametrize("limit", [40, 300, 1_000, 2_000])
+def test_a_long_fold_counts_the_summary_a_logarithmic_number_of_times(limit: int) -> None:
+    """Over the limit, the newest lines that fit are found by bisection — the same lines a
+    walk line by line keeps, with a count per halving instead of one per line."""
+    counter = CountingCounter()
+    summarizer = ExtractiveSummarizer(counter)
+    messages: list[BaseMessage] = [
+        HumanMessage(f"Question number {i} about my policy and its cover?") for i in range(400)
+    ]
+    summary = summarizer.fold(None, messages, max_tokens=limit)
+    assert counter.count_system(summary) <= limit
+    assert counter.texts <= 2 + summarizer.head_lines + 12, counter.texts
+
+    lines = [f"- User: Question number {i} about my policy and its cover?" for i in range(400)]
+    plain = CharacterCounter()
+    expected = _greedy(
+        lines,
+        summarizer.head_lines,
+        lambda part: plain.count_system("\n".join([SUMMARY_HEADING, *part])) <= limit,
+    )
+    assert summary.splitlines()[1:] == expected
