@@ -830,11 +830,16 @@ def _output_tokens(reply: _Reply) -> int:
     """Streamed tokens of the reply (a tool call counts one per call)."""
     if reply.tool_calls:
         return len(reply.tool_calls)
-    return len(stream_tokens(reply.content, reply.language))
+    return _token_count(reply.content, reply.language)
+
+
+@functools.lru_cache(maxsize=4096)  # answers are the knowledge base's sentences: they recur
+def _token_count(text: str, language: Language) -> int:
+    return len(stream_tokens(text, language))
 
 
 def _stream_length(reply: _Reply) -> int:
     """Number of chunks ``_astream`` yields for the reply (delays are applied per chunk)."""
     if reply.tool_calls:
         return 1
-    return max(1, len(stream_tokens(reply.content, reply.language)))
+    return max(1, _token_count(reply.content, reply.language))

@@ -1,0 +1,227 @@
+"""Where a run's CPU goes: py-spy over a real ``threadkeeper serve`` under load.
+
+Starts the server (embedded profile unless ``--profile``; a fresh data directory), warms it,
+then drives ``--threads`` threads x ``--turns`` turns of JSON runs with ``--concurrency`` in
+flight while ``py-spy record --gil`` samples the server, and writes
+
+* ``<out>.txt`` — py-spy's raw collapsed stacks (feed them to any flame-graph tool), and
+* ``<out>.md`` — the server's CPU per run (``/proc/<pid>/stat``) and the samples by area
+  (the innermost frame that names an area) and by threadkeeper function.
+
+``--long N`` instead runs one thread of N turns and samples its last turns (what grows with
+the thread). Reproduce the figures in docs/benchmarks.md with::
+
+    uv tool run py-spy --version   # py-spy is a tool, not a project dependency
+    .venv/bin/python benchmarks/profile_server.py --out docs/benchmarks/profile-after
+    .venv/bin/python benchmarks/profile_server.py --long 240 --out docs/benchmarks/profile-long
+
+(ptrace must be allowed: root, or ``kernel.yama.ptrace_scope=0``.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+QUESTIONS = (
+    "Is dental treatment covered by my health insurance?",
+    "How do I file a claim for my car accident?",
+    "بیمه درمان تکمیلی من هزینه بستری را پوشش می‌دهد؟",
+    "请问我的医疗保险是否包括住院费用？",
+    "My name is Sara and I live in Tehran. What does travel insurance cover?",
+)
+AREAS = (  # the first that matches a frame, innermost frame first
+    ("builtin model", ("app/builtin_model.py",)),
+    ("token counting", ("domain/tokens.py", "domain/estimate.py", "tiktoken")),
+    (
+        "history hooks (trim, summary, truncation)",
+        ("hooks/", "domain/history.py", "domain/summary.py"),
+    ),
+    (
+        "memory (extraction, PII, store)",
+        (
+            "domain/extraction.py",
+            "domain/pii.py",
+            "domain/memory.py",
+            "app/runs/remember.py",
+            "app/memory.py",
+            "langgraph/store",
+        ),
+    ),
+    ("retrieval", ("adapters/knowledge/", "bm25s")),
+    (
+        "checkpoints and SQL",
+        ("langgraph/checkpoint", "aiosqlite", "sqlite3", "sqlalchemy", "psycopg", "adapters/"),
+    ),
+    ("telemetry", ("opentelemetry", "app/telemetry.py", "prometheus")),
+    ("HTTP (Litestar, uvicorn)", ("litestar", "uvicorn", "h11", "httptools", "anyio")),
+    ("pydantic", ("pydantic",)),
+    ("LangGraph / LangChain runtime", ("langgraph/", "langchain_core", "langchain/", "langsmith")),
+    ("threadkeeper run service", ("app/",)),
+)
+OURS = ("app/", "hooks/", "domain/", "adapters/")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def drive(url: str, threads: int, turns: int, concurrency: int) -> int:
+    gate = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(
+        base_url=url, timeout=120, headers={"X-Tenant-Id": "bench", "Accept": "application/json"}
+    ) as client:
+
+        async def one(index: int) -> int:
+            rng, thread = random.Random(index), f"p-{index}-{time.monotonic_ns()}"
+            for turn in range(turns):
+                async with gate:
+                    response = await client.post(
+                        f"/v1/threads/{thread}/runs",
+                        json={"message": {"content": f"{rng.choice(QUESTIONS)} ({turn})"}},
+                        headers={"X-User-Id": f"user-{index}"},
+                    )
+                    response.raise_for_status()
+            return turns
+
+        return sum(await asyncio.gather(*(one(i) for i in range(threads))))
+
+
+def area_of(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        for name, needles in AREAS:
+            if any(needle in frame for needle in needles):
+                return name
+    return "other (event loop, threads)"
+
+
+def ours_of(frames: list[str]) -> str | None:
+    for frame in reversed(frames):
+        match = re.match(r"(.*?) \((.*?):\d+\)", frame)
+        if match and match.group(2).startswith(OURS) and match.group(2) != "app/cli.py":
+            return f"{match.group(2)} {match.group(1)}"
+    return None
+
+
+def breakdown(raw: Path) -> tuple[int, collections.Counter[str], collections.Counter[str]]:
+    total, areas, ours = 0, collections.Counter[str](), collections.Counter[str]()
+    for line in raw.read_text().splitlines():
+        if not line.strip():
+            continue
+        stack, count = line.rsplit(" ", 1)
+        frames, n = stack.split(";"), int(count)
+        total += n
+        areas[area_of(frames)] += n
+        if (mine := ours_of(frames)) is not None:
+            ours[mine] += n
+    return total, areas, ours
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="embedded")
+    parser.add_argument("--threads", type=int, default=20)
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--long", type=int, default=0, help="one thread of this many turns")
+    parser.add_argument("--seconds", type=float, default=20.0, help="py-spy's window")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    py_spy = shutil.which("py-spy") or str(Path.home() / ".local/bin/py-spy")
+    port, data = free_port(), tempfile.mkdtemp(prefix="tk-profile-")
+    env = {**os.environ, "THREADKEEPER_PROFILE": args.profile, "THREADKEEPER_DATA_DIR": data}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "threadkeeper.app.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        asyncio.run(drive(url, 5, 3, 5))  # warm: imports, caches, the first tenant index
+        out = str(args.out.with_suffix(".txt"))
+        record = f"{py_spy} record -p {server.pid} -d {int(args.seconds)} -r 200 --gil -f raw"
+        if args.long:  # one thread; py-spy samples its last turns (what grows with it)
+            threads, turns, concurrency = 1, args.long, 1
+            probe = time.perf_counter()
+            asyncio.run(drive(url, 1, 10, 1))
+            wait = (time.perf_counter() - probe) / 10 * turns * 0.7
+        else:
+            threads, turns, concurrency, wait = args.threads, args.turns, args.concurrency, 0.5
+        spy = subprocess.Popen(
+            f"sleep {wait:.1f}; exec {record} -o {out} --nonblocking",
+            shell=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        before, started = cpu_seconds(server.pid), time.perf_counter()
+        runs = asyncio.run(drive(url, threads, turns, concurrency))
+        elapsed, cpu = time.perf_counter() - started, cpu_seconds(server.pid) - before
+        spy.wait(timeout=args.seconds + wait + 60)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+        shutil.rmtree(data, ignore_errors=True)
+    total, areas, ours = breakdown(args.out.with_suffix(".txt"))
+    lines = [
+        f"# py-spy profile: {args.profile}, "
+        + (
+            f"one thread of {args.long} turns (its last turns sampled)"
+            if args.long
+            else f"{threads} threads x {turns} turns, {concurrency} in flight"
+        ),
+        "",
+        f"Command: `.venv/bin/python benchmarks/profile_server.py "
+        f"{'--long ' + str(args.long) + ' ' if args.long else ''}--out {args.out}`",
+        "",
+        f"{runs} runs in {elapsed:.1f} s ({runs / elapsed:.1f} runs/s); server CPU "
+        f"{cpu / runs * 1000:.1f} ms per run; {total} samples (`--gil`: the thread holding "
+        "the GIL).",
+        "",
+        "| area | share of samples |",
+        "|---|---|",
+        *(f"| {name} | {n / total:.1%} |" for name, n in areas.most_common()),
+        "",
+        "Innermost threadkeeper function on the stack (top 25):",
+        "",
+        "| function | share |",
+        "|---|---|",
+        *(f"| `{name}` | {n / total:.1%} |" for name, n in ours.most_common(25)),
+        "",
+    ]
+    args.out.with_suffix(".md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
