@@ -83,14 +83,14 @@ def test_the_server_exports_a_runs_spans(collector: str, tmp_path: Path) -> None
         assert response.status_code == 200
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            if "threadkeeper.run" in span_names().get("threadkeeper-e2e", []):
+            if "invoke_agent threadkeeper" in span_names().get("threadkeeper-e2e", []):
                 break
             time.sleep(0.2)
     finally:
         process.terminate()
         process.wait(timeout=30)
     names = span_names().get("threadkeeper-e2e", [])
-    assert "threadkeeper.run" in names, span_names()
+    assert "invoke_agent threadkeeper" in names, span_names()
     assert "POST /v1/threads/{thread_id}/runs" in names
     assert any(name.startswith("chat ") for name in names)
     assert "threadkeeper.retrieve" in names

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
@@ -15,9 +16,14 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.api.conftest import HEADERS, USER, settings_for
+from tests.api.conftest import HEADERS, TENANT, USER, settings_for
 from threadkeeper.app.application import create_app
-from threadkeeper.app.telemetry import CAPTURE_CONTENT, configure_tracing, export_requested
+from threadkeeper.app.telemetry import (
+    CAPTURE_CONTENT,
+    ConversationIds,
+    configure_tracing,
+    export_requested,
+)
 
 EXPORTER = InMemorySpanExporter()
 QUESTION = "Please give me the full details of the dental cover"
@@ -34,9 +40,15 @@ def provider() -> None:
     assert isinstance(current, TracerProvider)
 
 
+TRACE_ID_KEY = "trace-id-key-shared-by-replicas"
+
+
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[AsyncTestClient[Litestar]]:
-    async with AsyncTestClient(create_app(settings_for("embedded", tmp_path, None))) as client:
+    settings = msgspec.structs.replace(
+        settings_for("embedded", tmp_path, None), trace_id_key=TRACE_ID_KEY
+    )
+    async with AsyncTestClient(create_app(settings)) as client:
         client.headers.update(HEADERS)
         EXPORTER.clear()
         yield client
@@ -63,12 +75,18 @@ async def test_a_run_is_traced_under_its_request(client: AsyncTestClient[Litesta
     assert server.attributes is not None
     assert server.attributes["http.route"] == "/v1/threads/{thread_id}/runs"
     assert "traced" not in str(server.attributes["http.target"])
-    (run_span,) = spans("threadkeeper.run")
+    (run_span,) = spans("invoke_agent")
+    assert run_span.name == "invoke_agent threadkeeper"
+    assert run_span.kind is trace.SpanKind.INTERNAL
     assert run_span.parent is not None
     assert run_span.parent.span_id == server.context.span_id
     assert run_span.attributes is not None
+    assert run_span.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert run_span.attributes["gen_ai.agent.name"] == "threadkeeper"
+    conversation = ConversationIds(TRACE_ID_KEY).of(f"{TENANT}:{USER}:traced")
+    assert run_span.attributes["gen_ai.conversation.id"] == conversation
+    assert "threadkeeper.thread_id" not in run_span.attributes, "the thread by its HMAC only"
     assert run_span.attributes["threadkeeper.run_id"] == body["run_id"]
-    assert run_span.attributes["threadkeeper.thread_id"] == "traced"
     assert run_span.attributes["threadkeeper.status"] == body["status"]
     assert run_span.attributes["threadkeeper.profile"] == "embedded"
 
@@ -86,8 +104,13 @@ async def test_a_run_is_traced_under_its_request(client: AsyncTestClient[Litesta
         assert chat.kind is trace.SpanKind.CLIENT
         assert attributes["gen_ai.operation.name"] == "chat"
         assert attributes["gen_ai.request.model"]
+        assert attributes["gen_ai.response.model"] == attributes["gen_ai.request.model"]
+        assert attributes["gen_ai.conversation.id"] == conversation
         assert int(str(attributes["gen_ai.usage.input_tokens"])) > 0
+        assert attributes["threadkeeper.compacted"] is False, "two messages: nothing folded"
         assert chat.context.trace_id == run_span.context.trace_id
+    reasons = [tuple((c.attributes or {})["gen_ai.response.finish_reasons"]) for c in chats]
+    assert sorted(reasons) == [("stop",), ("tool_calls",)]
     (retrieve,) = spans("threadkeeper.retrieve")
     assert retrieve.attributes is not None
     assert retrieve.attributes["threadkeeper.retrieve.chunk_ids"]
@@ -105,6 +128,7 @@ async def test_no_content_and_no_user_id_by_default(
         values = " ".join(str(v) for v in (span.attributes or {}).values())
         assert QUESTION not in values, span.name
         assert USER not in values, span.name
+        assert "traced" not in values, span.name  # the thread id (and so its key)
         assert "gen_ai.input.messages" not in (span.attributes or {})
 
 
@@ -145,3 +169,32 @@ def test_export_follows_the_standard_variables(monkeypatch: pytest.MonkeyPatch) 
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
     assert configure_tracing() is False  # nothing asked: the provider is left alone
+
+
+async def test_a_thread_keeps_its_conversation_id_and_another_thread_has_another(
+    client: AsyncTestClient[Litestar],
+) -> None:
+    """Stable per thread (an HMAC, not a random id), different per thread, and the same on
+    every replica that shares ``THREADKEEPER_TRACE_ID_KEY``."""
+    for thread in ("traced", "traced", "other"):
+        response = await client.post(
+            f"/v1/threads/{thread}/runs",
+            json={"message": {"content": "hello"}},
+            headers={"Accept": "application/json"},
+        )
+        assert response.status_code == 200, response.text
+    ids = [(s.attributes or {})["gen_ai.conversation.id"] for s in spans("invoke_agent")]
+    assert ids[0] == ids[1] != ids[2]
+    replica = ConversationIds(TRACE_ID_KEY)
+    assert ids == [replica.of(f"{TENANT}:{USER}:{t}") for t in ("traced", "traced", "other")]
+    assert ConversationIds(None).of(f"{TENANT}:{USER}:traced") is None
+    assert ConversationIds("another key").of(f"{TENANT}:{USER}:traced") != ids[0]
+
+
+def test_the_trace_id_key_is_a_secret() -> None:
+    from threadkeeper.app.config import Settings, describe, redact, secrets_of
+
+    settings = Settings.of(trace_id_key="hmac-key-for-traces")
+    assert "hmac-key-for-traces" not in describe(settings)
+    assert "hmac-key-for-traces" in secrets_of(settings)
+    assert "hmac-key-for-traces" not in redact("key=hmac-key-for-traces", secrets_of(settings))

@@ -84,6 +84,8 @@ class RunTrace:
     windows: list[Window] = field(default_factory=list)
     tools: list[ToolInvocation] = field(default_factory=list)
     """The run's tool calls, for the audit trail (redis-mysql's ``tool_invocations``)."""
+    conversation_id: str | None = None
+    """The thread as traces name it (``telemetry.ConversationIds``), for the model-call spans."""
 
 
 current_trace: ContextVar[RunTrace | None] = ContextVar("threadkeeper_trace", default=None)
@@ -319,7 +321,7 @@ def build_agent(
             ThreadContextMiddleware(knowledge, prompt),
             *history_hooks,
             *model_middleware,
-            ModelCallTracing(model),  # innermost: the span holds exactly the model call
+            ModelCallTracing(model, current_trace.get),  # innermost: exactly the model call
         ],
         checkpointer=checkpointer,
         store=store,

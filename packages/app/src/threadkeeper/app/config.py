@@ -69,6 +69,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """A keep-alive comment on an SSE stream that has had nothing to send this long."""
     shutdown_grace_seconds: float = 20.0
     """After SIGTERM/SIGINT, how long runs in flight may finish before they are cancelled."""
+    trace_id_key: str | None = None
+    """The key of the HMAC that names a thread in traces (``gen_ai.conversation.id``): the
+    same on every replica, secret like a token. Unset: traces carry no conversation id."""
 
     def __post_init__(self) -> None:
         try:
@@ -322,6 +325,8 @@ def secrets_of(settings: Settings) -> set[str]:
         found.update(_url_secrets(url))
     if settings.service_token:
         found.add(settings.service_token)
+    if settings.trace_id_key:
+        found.add(settings.trace_id_key)
     found.update((settings.service_tokens or {}).keys())
     return {s for s in found if s}
 
@@ -338,7 +343,7 @@ def redact(text: str, secrets: set[str] | frozenset[str] = frozenset()) -> str:
 def describe(settings: Settings) -> str:
     """The effective settings, credentials masked (for ``threadkeeper doctor``)."""
     shown = settings.flat()
-    for secret in ("service_token", "service_tokens"):
+    for secret in ("service_token", "service_tokens", "trace_id_key"):
         if shown.get(secret):
             shown[secret] = MASK
     for name in _urls(settings):

@@ -115,6 +115,7 @@ def build_service(
         extractor=RuleExtractor() if settings.model == "builtin" else ModelExtractor(model),
         run_timeout=settings.run_timeout_seconds,
         profile=settings.profile,
+        trace_id_key=settings.trace_id_key,
     )
 
 

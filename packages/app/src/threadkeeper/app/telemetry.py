@@ -17,6 +17,8 @@ ids are never recorded, tenant and thread ids are.
 from __future__ import annotations
 
 import contextvars
+import hashlib
+import hmac
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -34,6 +36,29 @@ from threadkeeper.domain.tokens import message_text
 
 TRACER_NAME = "threadkeeper"
 CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+SEMCONV_VERSION = "1.44.0"
+"""The OpenTelemetry semantic conventions (GenAI) the spans follow: the version
+``opentelemetry-semantic-conventions`` ships (``opentelemetry.semconv.schemas``)."""
+AGENT_NAME = "threadkeeper"
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
+COMPACTED = "threadkeeper.compacted"
+"""The call's history was summarized or compacted (1.44.0 has no ``gen_ai`` attribute for it)."""
+
+
+class ConversationIds:
+    """A thread's name in traces: ``HMAC-SHA256(THREADKEEPER_TRACE_ID_KEY, thread key)``, 32 hex
+    digits — stable per thread on every replica sharing the key, and no way back to the key
+    (``tenant:user:thread``: a user id) without it. ``None`` without a key."""
+
+    def __init__(self, key: str | None) -> None:
+        self._key = key.encode("utf-8") if key else None
+
+    def of(self, thread_key: str) -> str | None:
+        if self._key is None:
+            return None
+        return hmac.new(self._key, thread_key.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
 
 
 async def _inline_unless_traced(
@@ -120,10 +145,12 @@ class ModelCallTracing(AgentMiddleware[Any]):
     """The innermost middleware: one ``chat {model}`` span per model call, around exactly
     what the model is sent (after the history hooks) and what it answers."""
 
-    def __init__(self, model: BaseChatModel) -> None:
+    def __init__(self, model: BaseChatModel, run: Callable[[], Any] | None = None) -> None:
         super().__init__()
         self.model_name = model_name(model)
         self.provider = model._llm_type
+        self.run = run
+        """The run's ``RunTrace`` (its conversation id, the windows the hooks made), if any."""
 
     @property
     def name(self) -> str:
@@ -140,12 +167,21 @@ class ModelCallTracing(AgentMiddleware[Any]):
             record_exception=False,  # messages can hold content: record_failure instead
             set_status_on_exception=False,
             attributes={
-                "gen_ai.operation.name": "chat",
+                GEN_AI_OPERATION_NAME: "chat",
                 "gen_ai.request.model": self.model_name,
                 "gen_ai.provider.name": self.provider,
                 "threadkeeper.window.messages": len(request.messages),
             },
         ) as span:
+            run = self.run() if self.run is not None else None
+            if run is not None:
+                if run.conversation_id is not None:
+                    span.set_attribute(GEN_AI_CONVERSATION_ID, run.conversation_id)
+                if run.windows:  # the window the history hooks made for this call
+                    window = run.windows[-1]
+                    span.set_attribute("threadkeeper.window.tokens", window.tokens)
+                    span.set_attribute(COMPACTED, window.summary is not None)
+                    span.set_attribute("threadkeeper.window.dropped", window.start)
             if capture_content():
                 sent: list[BaseMessage] = [request.system_message] if request.system_message else []
                 sent.extend(request.messages)
@@ -160,8 +196,16 @@ class ModelCallTracing(AgentMiddleware[Any]):
             if usage:
                 span.set_attribute("gen_ai.usage.input_tokens", usage["input_tokens"])
                 span.set_attribute("gen_ai.usage.output_tokens", usage["output_tokens"])
-            if answers and answers[-1].tool_calls:
-                span.set_attribute("gen_ai.response.finish_reasons", ["tool_calls"])
+            if answers:
+                metadata = answers[-1].response_metadata or {}
+                served = metadata.get("model_name") or metadata.get("model")
+                span.set_attribute(
+                    "gen_ai.response.model", served if isinstance(served, str) else self.model_name
+                )
+                reason = metadata.get("finish_reason")
+                if not isinstance(reason, str):
+                    reason = "tool_calls" if answers[-1].tool_calls else "stop"
+                span.set_attribute("gen_ai.response.finish_reasons", [reason])
             if capture_content() and answers:
                 span.set_attribute("gen_ai.output.messages", _messages_json(list(answers)))
             return response

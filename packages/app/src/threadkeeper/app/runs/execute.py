@@ -20,13 +20,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessageChunk, HumanMessage
+from opentelemetry.trace import SpanKind
 
 from threadkeeper.app.agent import RunTrace, current_trace
 from threadkeeper.app.runs.handles import LiveRun
 from threadkeeper.app.runs.outcome import finish
 from threadkeeper.app.runs.remember import MemoryWriter
 from threadkeeper.app.service import Caller, RunEvent, RunFailed, Unavailable, run_failure
-from threadkeeper.app.telemetry import record_failure, tracer
+from threadkeeper.app.telemetry import (
+    AGENT_NAME,
+    GEN_AI_AGENT_NAME,
+    GEN_AI_CONVERSATION_ID,
+    GEN_AI_OPERATION_NAME,
+    ConversationIds,
+    record_failure,
+    tracer,
+)
 from threadkeeper.domain.errors import DomainError, RunTimeout
 from threadkeeper.domain.threads import ThreadRef
 from threadkeeper.domain.tokens import TokenCounter, message_text
@@ -85,6 +94,7 @@ class RunExecutor:
         run_timeout: float,
         draining: Callable[[], bool],
         profile: str = "",
+        conversations: ConversationIds | None = None,
     ) -> None:
         self.agent = agent
         self.backend = backend
@@ -94,21 +104,29 @@ class RunExecutor:
         self.run_timeout = run_timeout
         self.draining = draining
         self.profile = profile
+        self.conversations = conversations or ConversationIds(None)
 
     async def traced(self, started: Started) -> None:
-        """``execute`` in a ``threadkeeper.run`` span (a child of the request's span: the task
-        copies the request's context)."""
+        """``execute`` in an ``invoke_agent`` span (GenAI semantic conventions; a child of the
+        request's span: the task copies the request's context). The thread is named by
+        ``gen_ai.conversation.id`` (an HMAC of its key), never by its key or the user's id."""
         run, ref = started.run, started.ref
+        conversation = self.conversations.of(ref.key)
+        attributes: dict[str, str] = {
+            GEN_AI_OPERATION_NAME: "invoke_agent",
+            GEN_AI_AGENT_NAME: AGENT_NAME,
+            "threadkeeper.run_id": run.run_id,
+            "threadkeeper.tenant_id": ref.tenant_id,
+            "threadkeeper.profile": self.profile,
+        }
+        if conversation is not None:
+            attributes[GEN_AI_CONVERSATION_ID] = conversation
         with tracer().start_as_current_span(
-            "threadkeeper.run",
+            f"invoke_agent {AGENT_NAME}",
+            kind=SpanKind.INTERNAL,
             record_exception=False,  # messages can hold thread keys: record_failure instead
             set_status_on_exception=False,
-            attributes={
-                "threadkeeper.run_id": run.run_id,
-                "threadkeeper.tenant_id": ref.tenant_id,
-                "threadkeeper.thread_id": ref.thread_id,
-                "threadkeeper.profile": self.profile,
-            },
+            attributes=attributes,
         ) as span:
             try:
                 await self.execute(started)
@@ -126,7 +144,7 @@ class RunExecutor:
     async def execute(self, started: Started) -> None:
         run, ref, human = started.run, started.ref, started.human
         config = run_config(ref, started.caller)
-        trace = RunTrace()
+        trace = RunTrace(conversation_id=self.conversations.of(ref.key))
         current_trace.set(trace)
         outcome = None
         try:

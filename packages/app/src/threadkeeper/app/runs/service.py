@@ -30,6 +30,7 @@ from threadkeeper.app.service import (
     stored_result,
 )
 from threadkeeper.app.stored import StoredThreads
+from threadkeeper.app.telemetry import ConversationIds
 from threadkeeper.domain.errors import MessageTooLarge
 from threadkeeper.domain.memory import MemoryRules
 from threadkeeper.domain.retention import ErasureReceipt
@@ -62,6 +63,7 @@ class RunService:
         extractor: MemoryExtractor | None = None,
         run_timeout: float = RUN_TIMEOUT_SECONDS,
         profile: str = "",
+        trace_id_key: str | None = None,
     ) -> None:
         self.agent = agent
         self.backend = backend
@@ -81,6 +83,7 @@ class RunService:
             run_timeout=run_timeout,
             draining=lambda: self._draining,
             profile=profile,
+            conversations=ConversationIds(trace_id_key),
         )
         self._tasks: set[asyncio.Task[None]] = set()
         """Runs in flight (shutdown drains them)."""
