@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from threadkeeper.domain.estimate import BYTE_CLASSES, CLASS_WEIGHTS, SCALE, EstimatingCounter
+from threadkeeper.domain.estimate import (
+    BYTE_CLASSES,
+    CLASS_WEIGHTS,
+    PAIR_WEIGHTS,
+    SCALE,
+    EstimatingCounter,
+)
 from threadkeeper.domain.tokens import MESSAGE_FRAMING, TiktokenCounter, TokenCounter
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "token_corpus"
@@ -35,13 +41,17 @@ def p95(values: list[float]) -> float:
 
 
 def reference(text: str) -> int:
-    """The estimator's arithmetic written plainly: one Python-level sum, no chunks, no zlib."""
+    """The estimator's arithmetic written plainly: Python-level sums, no table, chunks or zlib."""
     if not text:
         return 0
     if text.isspace():
         return max(1, len(text) // 16)
     data = text.encode("utf-8", "surrogatepass")
     total = sum(CLASS_WEIGHTS[BYTE_CLASSES[byte]] for byte in data)
+    if "```" in text:
+        total += PAIR_WEIGHTS["space_pair"] * text.count("  ")
+    persian_digits = sum(1 for char in text if "\u06f0" <= char <= "\u06f9")
+    total += PAIR_WEIGHTS["persian_digit"] * persian_digits
     return max(1, (total + SCALE // 2) // SCALE)
 
 
@@ -97,6 +107,119 @@ def test_heldout_p95_relative_error_is_at_most_12_percent(
 
 def test_heldout_covers_every_language(heldout_errors: dict[str, list[float]]) -> None:
     assert all(len(heldout_errors[lang]) >= 40 for lang in LANGS), breakdown(heldout_errors)
+
+
+# --- accuracy on EVAL: two independent sources per language, made before fitting ---------------
+
+EVAL = CORPUS / "eval"
+EVAL_SOURCES = ("handwritten", "generated")
+EVAL_LANGS = (*LANGS, "code")
+#: SHA-256 of the EVAL files as written before any weight was fitted (tests/data/token_corpus/
+#: README.md): a changed file would no longer be the corpus the weights never saw.
+EVAL_SHA256 = {
+    "handwritten.jsonl": "e4ae93452f21e0c1f11093dc2fca463dda8fa2d462d4a4bb4629429824223cd7",
+    "generated.jsonl": "2666789f53ce84623b8efeb20685abbf48f4453926073478712ea41750f4f9cd",
+    "generate_eval.py": "71bf7c584de2d5009183d0018d8474f263d1c28c8646f8926cf42a14e988e76a",
+}
+#: (source, lang) groups where the current weights do NOT meet the bounds (mean / p95 measured
+#: by ``fit_estimator.py --eval``; docs/token-estimator.md). Strict: a fix makes them XPASS.
+EVAL_UNMET = {
+    ("handwritten", "fa"): "mean 5.5% > 5%",
+    ("handwritten", "zh"): "mean 8.0%, p95 15.4%",
+    ("handwritten", "en"): "mean 6.7%, p95 12.1% (under-counts numbers after spaces)",
+    ("handwritten", "fa+en"): "mean 6.5%, p95 17.4%",
+    ("handwritten", "code"): "mean 5.9%, p95 16.5%",
+    ("generated", "fa"): "mean 5.5%",
+    ("generated", "zh"): "mean 10.5%, p95 17.6% (word salad: fewer Han merges)",
+    ("generated", "fa+en"): "p95 13.6%",
+    ("generated", "zh+en"): "mean 6.5%, p95 12.8%",
+}
+
+
+def load_eval(source: str) -> list[dict[str, str]]:
+    lines = (EVAL / f"{source}.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def eval_errors(
+    estimate: EstimatingCounter, exact: TiktokenCounter
+) -> dict[tuple[str, str], list[float]]:
+    """Signed relative errors per (source, lang) on the EVAL corpora."""
+    errors: dict[tuple[str, str], list[float]] = {}
+    for source in EVAL_SOURCES:
+        for row in load_eval(source):
+            truth = exact.count_text(row["text"])
+            error = (estimate.count_text(row["text"]) - truth) / truth
+            errors.setdefault((source, row["lang"]), []).append(error)
+    return errors
+
+
+def _eval_case(source: str, lang: str) -> object:
+    reason = EVAL_UNMET.get((source, lang))
+    marks = [pytest.mark.xfail(reason=f"not met: {reason}", strict=True)] if reason else []
+    return pytest.param(source, lang, marks=marks, id=f"{source}-{lang}")
+
+
+@pytest.mark.parametrize(
+    ("source", "lang"), [_eval_case(s, lang) for s in EVAL_SOURCES for lang in EVAL_LANGS]
+)
+def test_eval_mean_and_p95_per_language_and_source(
+    eval_errors: dict[tuple[str, str], list[float]], source: str, lang: str
+) -> None:
+    signed = eval_errors[(source, lang)]
+    absolute = [abs(e) for e in signed]
+    mean, worst = statistics.fmean(absolute), p95(absolute)
+    table = breakdown({f"{s}/{g}"[:6]: v for (s, g), v in eval_errors.items() if s == source})
+    assert mean <= MAX_MEAN_ERROR, f"{source}/{lang}: mean {mean:.2%} p95 {worst:.2%}\n{table}"
+    assert worst <= MAX_P95_ERROR, f"{source}/{lang}: mean {mean:.2%} p95 {worst:.2%}\n{table}"
+
+
+def test_eval_covers_every_language_from_two_sources() -> None:
+    for source in EVAL_SOURCES:
+        rows = load_eval(source)
+        assert {row["source"] for row in rows} == {source}
+        counts = {lang: sum(1 for row in rows if row["lang"] == lang) for lang in EVAL_LANGS}
+        assert min(counts.values()) >= 12, (source, counts)
+
+
+def test_eval_files_are_the_ones_frozen_before_fitting() -> None:
+    import hashlib
+
+    for name, digest in EVAL_SHA256.items():
+        assert hashlib.sha256((EVAL / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_eval_is_never_a_fitting_input_and_shares_no_text_with_fit() -> None:
+    spec = importlib.util.spec_from_file_location("fit_estimator", CORPUS / "fit_estimator.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert not [name for name in module.FIT_FILES if "eval" in name or "heldout" in name]
+    fit_texts = {
+        row["text"] for name in module.FIT_FILES for row in load(name.removesuffix(".jsonl"))
+    }
+    eval_texts = {row["text"] for source in EVAL_SOURCES for row in load_eval(source)}
+    assert not fit_texts & eval_texts
+
+
+def test_eval_generator_rebuilds_its_file_identically() -> None:
+    spec = importlib.util.spec_from_file_location("generate_eval", EVAL / "generate_eval.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.build() == load_eval("generated")
+
+
+def test_fit_extra_is_rebuilt_identically() -> None:
+    spec = importlib.util.spec_from_file_location("build_fit_extra", CORPUS / "build_fit_extra.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.build() == load("fit_extra")
 
 
 # --- the corpus is what the docs say it is ---------------------------------------------------
@@ -193,16 +316,18 @@ def test_pure_whitespace_is_few_tokens_but_never_zero(
 def test_ascii_digits_are_over_rather_than_under_counted(
     estimate: EstimatingCounter, exact: TiktokenCounter, text: str
 ) -> None:
-    # o200k splits digit runs into groups of three: ceil(n / 3) tokens. Chat numbers are short,
-    # so the fitted weight is ~0.42 token per digit; long runs are over-counted by up to ~25%.
+    # o200k splits digit runs into groups of three: ceil(n / 3) tokens. Chat numbers are short
+    # (and a space before a number is a token of its own), so the fitted weight is ~0.47 token
+    # per digit; long runs are over-counted by up to ~40% (3 x 0.47 per 3-digit token).
     truth = exact.count_text(text)
-    assert truth <= estimate.count_text(text) <= 1.3 * truth + 1
+    assert truth <= estimate.count_text(text) <= 1.45 * truth + 1
 
 
-@pytest.mark.xfail(reason="known limit: a Persian digit is ~1 token, estimated as a letter (1/4)")
 def test_persian_digits_within_30_percent(
     estimate: EstimatingCounter, exact: TiktokenCounter
 ) -> None:
+    # a Persian digit is ~1 token in o200k; the persian_digit pair count prices it so (it used to
+    # be weighed like a Persian letter, 1/4, and this was a known limit)
     text = "۰۹۱۲۳۴۵۶۷۸۹ ۱۲٬۵۰۰٬۰۰۰ ۱۴۰۳/۰۵/۱۲"
     assert abs(estimate.count_text(text) - exact.count_text(text)) <= 0.3 * exact.count_text(text)
 
