@@ -4,21 +4,31 @@
 service's graph carries more per turn: threadkeeper's middleware channels (``memory``,
 ``retrieved``, the summary), the builtin model's status and citations on each AI message, a
 run record per run. This benchmark drives the real app (``create_app``, JSON-mode runs
-through Litestar's test client, builtin model, the default hooks) on a fresh migrated schema,
-one thread per arm, and weighs the thread in PostgreSQL the way the storage benchmark does:
+through Litestar's test client, builtin model, the default hooks — the rolling summary from
+turn 21) on a fresh migrated schema, one thread per arm, feedback on every tenth run, and
+weighs **every row keyed by the thread in every table of the schema** (each table with a
+``thread_id`` or ``thread_key`` column; memory is keyed by user, not thread, and is left out):
 
-* ``bytes`` — Σ over the thread's rows in ``checkpoints``, ``checkpoint_blobs``,
-  ``checkpoint_writes`` and ``tk_checkpoint_messages`` of ``octet_length`` of every column
-  (``jsonb`` as text), + 28 bytes per row; ``records_bytes`` — the same for its run records
-  (``tk_run_records``, kept for replay and idempotent retries; reported apart, as DESIGN's
-  target is on the thread's state).
+* bytes of a table — Σ over the thread's rows of ``octet_length`` of every column (``jsonb``
+  as text; ``pg_column_size`` for fixed-width types), + 28 bytes per row;
+* ``bytes_by_kind`` — the tables by kind: ``checkpoints`` (``checkpoints``,
+  ``checkpoint_blobs``, ``checkpoint_writes``), ``messages`` (the ledger,
+  ``tk_checkpoint_messages``), ``run_records`` (``tk_run_records``), ``run_texts`` (the
+  summaries, prompts and memory-key lists records name by digest, ``tk_run_texts``),
+  ``archive`` (``chat_messages``, ``chat_summaries``: empty on this profile), ``feedback``
+  (``tk_feedback``), ``audit`` (``tool_invocations``), ``claims`` (``tk_run_claims``);
 * ``transcript_bytes`` — UTF-8 bytes of the messages ``GET /messages`` serves (all pages);
-  ``storage_ratio`` = ``bytes / transcript_bytes`` (DESIGN's ≤ 2× target).
+  ``storage_ratio`` = all of it ÷ ``transcript_bytes`` (DESIGN's ≤ 2× target, now on
+  everything kept per thread); ``state_ratio`` = checkpoints + messages only (the earlier
+  figure); ``records_ratio`` = run records + run texts.
 
 Arms: the human message at ~950 UTF-8 bytes (the size DESIGN's target is stated for) and at
-~300 bytes (short chat, where per-message overhead weighs three times as much). Reduced: 20
-turns; full: 100. The time is the whole conversation; no baseline (the comparison with what
-users would otherwise pick is ``test_bench_postgres_storage``'s).
+~300 bytes (short chat, where per-message overhead weighs three times as much). Reduced: 50
+turns; full: 200. The time is the whole conversation; no baseline (the comparison with what
+users would otherwise pick is ``test_bench_postgres_storage``'s). Gates (asserted, at every
+size, 950-byte arm): ``records_ratio ≤ 1.3`` (a plain failure) and ``storage_ratio ≤ 2.0`` —
+the latter not met yet (the ledger alone is ~1.73×: docs/storage-postgres.md), so marked a
+strict expected failure, which turns into a failure the day it is met.
 """
 
 from __future__ import annotations
@@ -40,10 +50,24 @@ from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
 from threadkeeper.app.application import create_app
 from threadkeeper.domain.threads import ThreadRef
 
-TURNS = {"reduced": 20, "full": 100}
-STATE_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", LEDGER)
+TURNS = {"reduced": 50, "full": 200}
+KINDS = {
+    "checkpoints": "checkpoints",
+    "checkpoint_blobs": "checkpoints",
+    "checkpoint_writes": "checkpoints",
+    LEDGER: "messages",
+    "tk_run_records": "run_records",
+    "tk_run_texts": "run_texts",
+    "chat_messages": "archive",
+    "chat_summaries": "archive",
+    "tk_feedback": "feedback",
+    "tool_invocations": "audit",
+    "tk_run_claims": "claims",
+}
 ROW_OVERHEAD = 28
 STORAGE_TARGET = 2.0
+RECORDS_TARGET = 1.3
+FEEDBACK_EVERY = 10
 
 
 def _weigh(conn: psycopg.Connection[Any], table: str, column: str, key: str) -> tuple[int, int]:
@@ -77,7 +101,7 @@ async def _conversation(url: str, thread: str, turns: int, message_bytes: int) -
         app = create_app(settings_for("postgres", Path(data), Servers(postgres_url=url)))
         async with AsyncTestClient(app, timeout=120) as client:
             client.headers.update(headers_for("postgres"))
-            for _ in range(turns):
+            for turn in range(turns):
                 text = chat_text(rng, message_bytes).encode()[:message_bytes]
                 response = await client.post(
                     f"/v1/threads/{thread}/runs",
@@ -85,6 +109,13 @@ async def _conversation(url: str, thread: str, turns: int, message_bytes: int) -
                     headers={"Accept": "application/json"},
                 )
                 assert response.status_code == 200, response.text
+                if turn % FEEDBACK_EVERY == FEEDBACK_EVERY - 1:
+                    run_id = response.json()["run_id"]
+                    noted = await client.post(
+                        f"/v1/threads/{thread}/runs/{run_id}/feedback",
+                        json={"score": 1, "comment": "clear, thank you"},
+                    )
+                    assert noted.status_code in (200, 201, 204), noted.text
             served, before = 0, None
             while True:
                 params: dict[str, Any] = {"limit": 100, **({"before": before} if before else {})}
@@ -95,7 +126,43 @@ async def _conversation(url: str, thread: str, turns: int, message_bytes: int) -
                     return served
 
 
-@pytest.mark.parametrize("message_bytes", [950, 300])
+def weigh_thread(conn: psycopg.Connection[Any], key: str) -> dict[str, tuple[int, int]]:
+    """(rows, bytes) of the thread in every table of the schema keyed by thread."""
+    keyed = conn.execute(
+        "SELECT table_name, column_name FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND column_name IN ('thread_id', 'thread_key') "
+        "AND table_name NOT LIKE 'pg_%%' ORDER BY table_name"
+    ).fetchall()
+    return {table: _weigh(conn, table, column, key) for table, column in keyed}
+
+
+def by_kind(weights: dict[str, tuple[int, int]]) -> tuple[dict[str, int], dict[str, int]]:
+    """(rows, bytes) summed by kind (``KINDS``; an unknown table under its own name)."""
+    rows: dict[str, int] = {}
+    size: dict[str, int] = {}
+    for table, (count, weight) in weights.items():
+        kind = KINDS.get(table, table)
+        rows[kind] = rows.get(kind, 0) + count
+        size[kind] = size.get(kind, 0) + weight
+    return rows, size
+
+
+@pytest.mark.parametrize(
+    "message_bytes",
+    [
+        pytest.param(
+            950,
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason="storage_ratio ≤ 2.0 not met: the message ledger alone is ~1.72× "
+                "(per-message serialization overhead), records + texts ~1.0× "
+                "(docs/storage-postgres.md, 'What a run record holds')",
+            ),
+        ),
+        300,
+    ],
+)
 def test_postgres_service_storage(benchmark, size: BenchSize, message_bytes: int) -> None:  # type: ignore[no-untyped-def]
     turns = TURNS[size.name]
     thread = f"weighed-{message_bytes}"
@@ -111,25 +178,31 @@ def test_postgres_service_storage(benchmark, size: BenchSize, message_bytes: int
             iterations=1,
         )
         with psycopg.connect(url) as conn:
-            rows: dict[str, int] = {}
-            stored = 0
-            for table in STATE_TABLES:
-                rows[table], weight = _weigh(conn, table, "thread_id", key)
-                stored += weight
-            rows["tk_run_records"], records = _weigh(conn, "tk_run_records", "thread_key", key)
-    ratio = stored / transcript[0]
+            weights = weigh_thread(conn, key)
+    served = transcript[0]
+    rows, kinds = by_kind(weights)
+    stored = sum(kinds.values())
+    state = kinds.get("checkpoints", 0) + kinds.get("messages", 0)
+    records = kinds.get("run_records", 0) + kinds.get("run_texts", 0)
+    ratio = stored / served
     benchmark.extra_info.update(
         role="measurement",
         turns=turns,
         message_bytes=message_bytes,
+        transcript_bytes=served,
         bytes_per_thread=stored,
-        transcript_bytes=transcript[0],
         storage_ratio=round(ratio, 2),
-        records_bytes=records,
-        records_ratio=round(records / transcript[0], 2),
+        state_ratio=round(state / served, 2),
+        records_ratio=round(records / served, 2),
+        bytes_by_kind=kinds,
+        ratio_by_kind={kind: round(weight / served, 3) for kind, weight in kinds.items()},
         rows=rows,
     )
-    assert rows["checkpoints"] == 1  # pruned to the newest after every run
-    assert rows[LEDGER] >= 2 * turns  # each message stored once
+    assert weights["checkpoints"][0] == 1  # pruned to the newest after every run
+    assert rows["messages"] >= 2 * turns  # each message stored once
+    assert rows["feedback"] == turns // FEEDBACK_EVERY
+    assert rows["run_records"] == turns
     if message_bytes == 950:
+        if records / served > RECORDS_TARGET:  # not an AssertionError: never "expected"
+            pytest.fail(f"records_ratio above {RECORDS_TARGET}: {benchmark.extra_info}")
         assert ratio <= STORAGE_TARGET, benchmark.extra_info

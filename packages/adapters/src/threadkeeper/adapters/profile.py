@@ -95,6 +95,12 @@ class Transcript(Protocol):
         (their text, without tool calls)."""
         ...
 
+    async def message_order(self, thread_key: str) -> list[str]:
+        """The thread's order (``domain.compact.thread_order``: human messages and answers,
+        oldest first) that run records name their windows in — the same positions around a
+        run's human message as its state had when the record was written."""
+        ...
+
 
 class Backend(Protocol):
     """An opened profile: what the service stores through.

@@ -13,6 +13,7 @@ stores the round (``insert_record``), not by ``SqlRunRecords.save``.
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
@@ -42,9 +43,17 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from threadkeeper.domain.compact import Segment, decode_text, delta_size, encode_text, text_digest
 from threadkeeper.domain.errors import ClaimLost
 from threadkeeper.domain.locks import RunFences, new_token
-from threadkeeper.domain.runs import Feedback, RunRecord, RunRecords, UnknownRun, without_memory
+from threadkeeper.domain.runs import (
+    Feedback,
+    ModelCall,
+    RunRecord,
+    RunRecords,
+    UnknownRun,
+    without_memory,
+)
 
 metadata = MetaData()
 
@@ -75,6 +84,7 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 LongBlob = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 """A run record grows with the model calls it lists: MySQL's ``BLOB`` stops at 64 KiB."""
+LongText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 
 run_records = Table(
     "tk_run_records",
@@ -120,17 +130,186 @@ run_claims = Table(
 """Each thread's current claim (``RunFences``): written when a run takes the thread, checked
 by the transaction that stores its round."""
 
+run_texts = Table(
+    "tk_run_texts",
+    metadata,
+    Column("thread_key", String(400), primary_key=True),
+    Column("user_id", String(128), primary_key=True),
+    Column("digest", String(32), primary_key=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("base", String(32), nullable=True),
+    Column("depth", Integer, nullable=False),
+    Column("body", LongText, nullable=False),
+    Index("ix_tk_run_texts_user", "tenant_id", "user_id"),
+)
+"""The texts run records name by content address (``domain.compact.text_digest``): each
+rolling-summary version, system prompt and memory-key list once per thread and user. A row
+holds the text (``base`` null) or its lines as segments of an earlier version's
+(``domain.compact.encode_text``, JSON; ``base`` names that version, ``depth`` counts the
+deltas down to a whole text). Written in the round's transaction with the record, deleted
+with the thread's records and the user's."""
+
 REVOKED = "revoked"
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(RunRecord)
+_segments = msgspec.json.Decoder(tuple[Segment, ...])
 
 
 def _aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def record_row(record: RunRecord) -> dict[str, Any]:
+STORED_SHAPE = 2
+"""A record stored since texts are kept apart is a JSON *array* (``StoredRecord``) whose
+first item is this; one written before is the ``RunRecord`` as a JSON object, read as it is."""
+
+
+class StoredCall(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
+    """A ``ModelCall`` as stored: its summary by digest."""
+
+    tokens: int
+    budget: int
+    counter: str
+    window: tuple[Segment, ...] | None = None
+    summary: str | None = None
+    """Digest of the summary's text in ``tk_run_texts``."""
+    message_ids: tuple[str, ...] = ()
+
+
+class StoredRecord(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
+    """A ``RunRecord`` as stored: what the row's columns hold (keys, ids, status, time) left
+    out, the texts by digest (``tk_run_texts``), the response without the run's id, thread
+    id and status where they are the record's."""
+
+    shape: int
+    thread_id: str
+    prompt: str
+    """Digest of the system prompt."""
+    prompt_version: str
+    response: dict[str, Any]
+    checkpoint_id: str | None = None
+    content_digest: str = ""
+    chunk_ids: tuple[str, ...] = ()
+    memory: str | None = None
+    """Digest of the memory keys, one per line (``None``: the run read no memory)."""
+    model_calls: tuple[StoredCall, ...] = ()
+    message_id_given: bool = False
+    response_whole: bool = False
+    """The response is stored whole (its ids or status are not the record's)."""
+
+
+_RESPONSE_KEYS = ("run_id", "thread_id", "status")
+_stored = msgspec.json.Decoder(StoredRecord)
+
+MAX_DEPTH = 32
+"""A text stored as a delta has at most this many deltas below it down to a whole text."""
+
+_recent_texts: OrderedDict[tuple[str, str, str], tuple[str, str]] = OrderedDict()
+"""(thread key, user, kind) → (digest, text) of the newest text written of that kind: the
+base the next version is encoded against. Only a hint — a base is used only if its row is
+in the database the transaction writes (same digest, same text); so replicas and restarts
+just start from a whole text."""
+_RECENT_TEXTS = 512
+
+
+def _remember(key: tuple[str, str, str], digest: str, text: str) -> None:
+    _recent_texts[key] = (digest, text)
+    _recent_texts.move_to_end(key)
+    while len(_recent_texts) > _RECENT_TEXTS:
+        _recent_texts.popitem(last=False)
+
+
+async def put_text(
+    conn: AsyncConnection, record: RunRecord, kind: str, text: str, *, delta: bool
+) -> str:
+    """Store ``text`` for the record's thread and user (once: by its digest) in the caller's
+    transaction; its digest. With ``delta``, as the segments of the newest text of ``kind``
+    written, where that is much smaller."""
+    digest = text_digest(text)
+    mine = (run_texts.c.thread_key == record.thread_key, run_texts.c.user_id == record.user_id)
+    known = (
+        await conn.execute(select(run_texts.c.depth).where(*mine, run_texts.c.digest == digest))
+    ).first()
+    hint = (record.thread_key, record.user_id, kind)
+    if known is not None:
+        _remember(hint, digest, text)
+        return digest
+    row: dict[str, Any] = {"base": None, "depth": 0, "body": text}
+    recent = _recent_texts.get(hint) if delta else None
+    if recent is not None:
+        base_depth = (
+            await conn.execute(
+                select(run_texts.c.depth).where(*mine, run_texts.c.digest == recent[0])
+            )
+        ).scalar()
+        if base_depth is not None and base_depth < MAX_DEPTH:
+            segments = encode_text(text, recent[1])
+            if delta_size(segments) * 2 < len(text.encode("utf-8")):
+                row = {
+                    "base": recent[0],
+                    "depth": base_depth + 1,
+                    "body": _encoder.encode(segments).decode(),
+                }
+    await conn.execute(
+        insert(run_texts).values(
+            thread_key=record.thread_key,
+            user_id=record.user_id,
+            tenant_id=record.tenant_id,
+            digest=digest,
+            **row,
+        )
+    )
+    _remember(hint, digest, text)
+    return digest
+
+
+async def stored_form(
+    conn: AsyncConnection, record: RunRecord, *, prompt: str | None = None
+) -> bytes:
+    """The record as stored (``StoredRecord``): its texts put into ``tk_run_texts`` in the
+    caller's transaction and named by digest (``prompt``: the digest to name its system
+    prompt by, a text already stored)."""
+    response = dict(record.response)
+    whole = [response.get(k) for k in _RESPONSE_KEYS] != [
+        record.run_id,
+        record.thread_id,
+        record.status,
+    ]
+    if not whole:
+        for key in _RESPONSE_KEYS:
+            del response[key]
+    calls = []
+    for call in record.model_calls:
+        summary = None
+        if call.summary is not None:
+            summary = await put_text(conn, record, "summary", call.summary, delta=True)
+        calls.append(
+            StoredCall(
+                call.tokens, call.budget, call.counter, call.window, summary, call.message_ids
+            )
+        )
+    memory = None
+    if record.memory_keys:
+        memory = await put_text(conn, record, "memory", "\n".join(record.memory_keys), delta=False)
+    stored = StoredRecord(
+        shape=STORED_SHAPE,
+        thread_id=record.thread_id,
+        prompt=prompt or await put_text(conn, record, "prompt", record.system_prompt, delta=False),
+        prompt_version=record.prompt_version,
+        response=response,
+        checkpoint_id=record.checkpoint_id,
+        content_digest=record.content_digest,
+        chunk_ids=record.chunk_ids,
+        memory=memory,
+        model_calls=tuple(calls),
+        message_id_given=record.message_id_given,
+        response_whole=whole,
+    )
+    return _encoder.encode(stored)
+
+
+async def record_row(conn: AsyncConnection, record: RunRecord) -> dict[str, Any]:
     return {
         "thread_key": record.thread_key,
         "run_id": record.run_id,
@@ -139,13 +318,114 @@ def record_row(record: RunRecord) -> dict[str, Any]:
         "human_message_id": record.human_message_id,
         "status": record.status,
         "created_at": record.created_at,
-        "record": _encoder.encode(record),
+        "record": await stored_form(conn, record),
     }
 
 
 async def insert_record(conn: AsyncConnection, record: RunRecord) -> None:
-    """Write ``record`` in the caller's transaction (the one that stores its round)."""
-    await conn.execute(insert(run_records).values(**record_row(record)))
+    """Write ``record`` in the caller's transaction (the one that stores its round), its
+    texts with it."""
+    await conn.execute(insert(run_records).values(**await record_row(conn, record)))
+
+
+def _refs(stored: StoredRecord) -> set[str]:
+    refs = {stored.prompt} | ({stored.memory} if stored.memory is not None else set())
+    return refs | {c.summary for c in stored.model_calls if c.summary is not None}
+
+
+async def _texts(
+    conn: AsyncConnection, thread_key: str, user_id: str, digests: set[str]
+) -> dict[str, str]:
+    """The texts of ``digests`` (with the versions their deltas are made of).
+
+    Raises:
+        LookupError: one is not stored (never: texts are deleted with their records).
+    """
+    rows: dict[str, tuple[str | None, str]] = {}
+    wanted = set(digests)
+    while wanted:
+        found = await conn.execute(
+            select(run_texts.c.digest, run_texts.c.base, run_texts.c.body).where(
+                run_texts.c.thread_key == thread_key,
+                run_texts.c.user_id == user_id,
+                run_texts.c.digest.in_(sorted(wanted)),
+            )
+        )
+        for digest, base, body in found.all():
+            rows[str(digest)] = (base, body)
+        missing = wanted - rows.keys()
+        if missing:
+            raise LookupError(f"run texts {sorted(missing)} of {thread_key} are not stored")
+        wanted = {base for base, _ in rows.values() if base is not None} - rows.keys()
+    texts: dict[str, str] = {}
+    for digest in digests:
+        chain = [digest]
+        while chain[-1] not in texts and rows[chain[-1]][0] is not None:
+            chain.append(str(rows[chain[-1]][0]))
+        for item in reversed(chain):
+            if item not in texts:
+                base, body = rows[item]
+                texts[item] = (
+                    body if base is None else decode_text(_segments.decode(body), texts[base])
+                )
+    return texts
+
+
+_ROW = (
+    run_records.c.thread_key,
+    run_records.c.run_id,
+    run_records.c.tenant_id,
+    run_records.c.user_id,
+    run_records.c.human_message_id,
+    run_records.c.status,
+    run_records.c.created_at,
+    run_records.c.record,
+)
+"""The columns a stored record is read from."""
+
+
+async def decode_record(conn: AsyncConnection, row: Any) -> RunRecord:
+    """A stored record (a row of ``_ROW``), of either shape, with its texts."""
+    raw = bytes(row.record)
+    if not raw.startswith(b"["):
+        return _decoder.decode(raw)
+    stored = _stored.decode(raw)
+    if stored.shape != STORED_SHAPE:
+        raise ValueError(f"a run record of an unknown shape ({stored.shape})")
+    texts = await _texts(conn, row.thread_key, row.user_id, _refs(stored))
+    response = stored.response
+    if not stored.response_whole:
+        response = {"run_id": row.run_id, "thread_id": stored.thread_id, "status": row.status}
+        response.update(stored.response)
+    return RunRecord(
+        run_id=row.run_id,
+        thread_key=row.thread_key,
+        tenant_id=row.tenant_id,
+        user_id=row.user_id,
+        thread_id=stored.thread_id,
+        human_message_id=row.human_message_id,
+        status=row.status,
+        created_at=_aware(row.created_at),
+        response=response,
+        system_prompt=texts[stored.prompt],
+        prompt_version=stored.prompt_version,
+        chunk_ids=stored.chunk_ids,
+        memory_keys=() if stored.memory is None else tuple(texts[stored.memory].split("\n")),
+        model_calls=tuple(
+            ModelCall(
+                c.message_ids,
+                None if c.summary is None else texts[c.summary],
+                c.tokens,
+                c.budget,
+                c.counter,
+                window=c.window,
+            )
+            for c in stored.model_calls
+        ),
+        checkpoint_id=stored.checkpoint_id,
+        content_digest=stored.content_digest,
+        message_id_given=stored.message_id_given,
+    )
 
 
 async def check_claim(conn: AsyncConnection, thread_key: str, token: str) -> None:
@@ -263,7 +543,9 @@ class SqlRunRecords(SqlAccess, RunRecords):
         """Create the tables if missing (embedded profile only; servers use migrations)."""
         async with self.begin() as conn:
             await conn.run_sync(
-                lambda sync: metadata.create_all(sync, tables=[run_records, feedback, run_claims])
+                lambda sync: metadata.create_all(
+                    sync, tables=[run_records, feedback, run_claims, run_texts]
+                )
             )
 
     async def save(self, record: RunRecord) -> bool:
@@ -278,8 +560,15 @@ class SqlRunRecords(SqlAccess, RunRecords):
 
     async def _one(self, *where: Any) -> RunRecord | None:
         async with self.connect() as conn:
-            row = (await conn.execute(select(run_records.c.record).where(*where).limit(1))).first()
-        return _decoder.decode(row[0]) if row else None
+            row = (await conn.execute(select(*_ROW).where(*where).limit(1))).first()
+            return await decode_record(conn, row) if row else None
+
+    async def kept_texts(self, thread_key: str) -> int:
+        query = (
+            select(func.count()).select_from(run_texts).where(run_texts.c.thread_key == thread_key)
+        )
+        async with self.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
 
     async def get(self, thread_key: str, run_id: str) -> RunRecord | None:
         return await self._one(
@@ -327,6 +616,7 @@ class SqlRunRecords(SqlAccess, RunRecords):
 
     async def delete_thread(self, thread_key: str) -> tuple[int, int]:
         async with self.begin() as conn:
+            await conn.execute(delete(run_texts).where(run_texts.c.thread_key == thread_key))
             runs = await conn.execute(
                 delete(run_records).where(run_records.c.thread_key == thread_key)
             )
@@ -335,6 +625,11 @@ class SqlRunRecords(SqlAccess, RunRecords):
 
     async def erase_user(self, tenant_id: str, user_id: str) -> tuple[int, int]:
         async with self.begin() as conn:
+            await conn.execute(
+                delete(run_texts).where(
+                    run_texts.c.tenant_id == tenant_id, run_texts.c.user_id == user_id
+                )
+            )
             runs = await conn.execute(
                 delete(run_records).where(
                     run_records.c.tenant_id == tenant_id, run_records.c.user_id == user_id
@@ -352,22 +647,44 @@ class SqlRunRecords(SqlAccess, RunRecords):
         async with self.begin() as conn:
             rows = (
                 await conn.execute(
-                    select(run_records.c.thread_key, run_records.c.run_id, run_records.c.record)
+                    select(*_ROW)
                     .where(run_records.c.tenant_id == tenant_id, run_records.c.user_id == user_id)
                     .with_for_update()
                 )
             ).all()
-            for thread_key, run_id, raw in rows:
-                record = _decoder.decode(raw)
+            # every record read before any is rewritten: records share their prompt's text
+            records = [(row, await decode_record(conn, row)) for row in rows]
+            prompts: dict[tuple[str, str], str] = {}
+            for row, record in records:
                 redacted = without_memory(record)
                 if redacted is record:
                     continue
+                prompt = None
+                if bytes(row.record).startswith(b"["):  # its prompt is a text: redact in place
+                    prompt = text_digest(record.system_prompt)
+                    prompts[(row.thread_key, prompt)] = redacted.system_prompt
                 await conn.execute(
                     update(run_records)
-                    .where(run_records.c.thread_key == thread_key, run_records.c.run_id == run_id)
-                    .values(record=_encoder.encode(redacted))
+                    .where(
+                        run_records.c.thread_key == row.thread_key,
+                        run_records.c.run_id == row.run_id,
+                    )
+                    .values(record=await stored_form(conn, redacted, prompt=prompt))
                 )
                 changed += 1
+            # the texts of the prompts that held the memory take the redacted text under their
+            # digest, so that no version of them stays behind and every record naming one
+            # (an in-flight run's too) reads the redacted prompt
+            for (thread_key, digest), text in sorted(prompts.items()):
+                await conn.execute(
+                    update(run_texts)
+                    .where(
+                        run_texts.c.thread_key == thread_key,
+                        run_texts.c.user_id == user_id,
+                        run_texts.c.digest == digest,
+                    )
+                    .values(body=text)
+                )
         return changed
 
     async def thread_newest(self, thread_key: str) -> datetime | None:

@@ -18,9 +18,11 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from threadkeeper.domain.compact import thread_order
 from threadkeeper.domain.errors import UnknownThread
 from threadkeeper.domain.summary import decode_summary
 from threadkeeper.domain.transcript import (
+    MAX_PAGE,
     TranscriptArchive,
     TranscriptPage,
     from_transcript,
@@ -84,6 +86,11 @@ class CheckpointTranscript:
     ) -> dict[str, BaseMessage]:
         return await checkpoint_messages(self.saver, thread_key, checkpoint_id)
 
+    async def message_order(self, thread_key: str) -> list[str]:
+        """The thread's order (``domain.compact.thread_order``) in the newest state: it only
+        grows at its end (nothing is removed from state on this kind of profile)."""
+        return thread_order(await thread_messages(self.saver, thread_key) or [])
+
 
 class ArchiveTranscript:
     """An archive is the transcript; the checkpoints are a cache of the recent context."""
@@ -130,3 +137,19 @@ class ArchiveTranscript:
         for kept in await self.archive.find(thread_key, gone) if gone else []:
             by_id[kept.id] = from_transcript(kept)
         return by_id
+
+    async def message_order(self, thread_key: str) -> list[str]:
+        """The thread's order: the archive's messages (human messages and answers, which is
+        ``thread_order``'s rule), oldest first; the state's order is a contiguous part of it
+        (a cold start seeds the newest, compaction keeps the newest)."""
+        ids: list[str] = []
+        before: str | None = None
+        while True:
+            try:
+                page = await self.archive.page(thread_key, limit=MAX_PAGE, before=before)
+            except UnknownThread:
+                return ids
+            ids[:0] = [m.id for m in page.messages]
+            if page.next_before is None:
+                return ids
+            before = page.next_before

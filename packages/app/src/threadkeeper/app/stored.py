@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
+import msgspec
 from langchain_core.messages import BaseMessage
 
 from threadkeeper.app.service import Caller, MemoryEntry, MemoryView
@@ -20,7 +21,7 @@ from threadkeeper.domain import transcript as paging
 from threadkeeper.domain.errors import UnknownThread
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
 from threadkeeper.domain.retention import ErasureReceipt
-from threadkeeper.domain.runs import Feedback, RunRecord
+from threadkeeper.domain.runs import Feedback, ModelCall, RunRecord
 from threadkeeper.domain.threads import ThreadRef, ThreadScope
 from threadkeeper.domain.transcript import TranscriptMessage, TranscriptPage
 
@@ -92,6 +93,17 @@ class RetentionPreview:
     would_delete: ErasureReceipt
 
 
+def _shown(call: ModelCall, order: list[str], record: RunRecord) -> list[str]:
+    """The ids a compact window names; where the thread's order no longer holds them (it
+    cannot, unless the thread was rewritten), its ranges show as one missing id each."""
+    try:
+        return call.ids(order, record.human_message_id)
+    except ValueError:
+        return [
+            s if isinstance(s, str) else f"?positions {s[0]}..{s[1]}" for s in call.window or ()
+        ]
+
+
 class StoredThreads:
     """Reads and deletions of what the service stored, through one opened backend."""
 
@@ -141,6 +153,17 @@ class StoredThreads:
         record = await self.backend.runs.get(key, run_id)
         if record is None:
             return None
+        if any(call.window is not None for call in record.model_calls):
+            order = await self.backend.transcript.message_order(key)
+            record = msgspec.structs.replace(
+                record,
+                model_calls=tuple(
+                    msgspec.structs.replace(
+                        call, message_ids=tuple(_shown(call, order, record)), window=None
+                    )
+                    for call in record.model_calls
+                ),
+            )
         ids = [i for call in record.model_calls for i in call.message_ids]
         messages = await self.backend.transcript.replay_messages(key, record.checkpoint_id, ids)
         return Replay(record, messages)

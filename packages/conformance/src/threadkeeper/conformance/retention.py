@@ -67,7 +67,13 @@ class CheckpointRetentionHarness:
         metadata: Any = {"tenant_id": ref.tenant_id, "user_id": ref.user_id, "step": 1}
         await self.backend.saver.aput(config, checkpoint, metadata, {"messages": 1})
         run = msgspec.structs.replace(
-            record(ref.key, tenant=ref.tenant_id, user=ref.user_id), created_at=last_activity
+            record(
+                ref.key,
+                tenant=ref.tenant_id,
+                user=ref.user_id,
+                summary=f"Summary of the earlier conversation:\n- User: {ref.key}",
+            ),
+            created_at=last_activity,
         )
         await self.backend.runs.save(run)
         for _ in range(feedback):
@@ -89,6 +95,16 @@ class CheckpointRetentionHarness:
     async def thread_exists(self, key: str) -> bool:
         found = await self.backend.saver.aget_tuple({"configurable": {"thread_id": key}})
         return found is not None
+
+    async def kept_texts(self, key: str) -> int:
+        return await self.backend.runs.kept_texts(key)
+
+
+async def kept_texts(harness: RetentionHarness, key: str) -> int:
+    """The texts the thread's run records keep apart (summaries, prompts), where the harness
+    can count them (``kept_texts``), else 0."""
+    count = getattr(harness, "kept_texts", None)
+    return 0 if count is None else int(await count(key))
 
 
 def ref(tenant: str = "acme", user: str | None = None) -> ThreadRef:
@@ -113,9 +129,12 @@ class RetentionConformance:
         doomed, kept = ref(), ref()
         await harness.seed_thread(doomed, last_activity=NOW, messages=6, feedback=2)
         await harness.seed_thread(kept, last_activity=NOW, messages=4)
+        texts = await kept_texts(harness, kept.key)
         receipt = await harness.retention.delete_threads([doomed.key, "acme:nobody:none"])
         assert receipt == ErasureReceipt(threads=1, messages=6, memory_items=0, feedback=2)
         assert not await harness.thread_exists(doomed.key)
+        assert await kept_texts(harness, doomed.key) == 0, "no summary or prompt left behind"
+        assert await kept_texts(harness, kept.key) == texts
         assert await harness.thread_exists(kept.key)
         again = await harness.retention.delete_threads([doomed.key])
         assert again == ErasureReceipt()
@@ -131,10 +150,13 @@ class RetentionConformance:
             await harness.seed_thread(thread, last_activity=NOW, messages=4, feedback=1)
         await harness.seed_memory("acme", user, 3)
         await harness.seed_memory("globex", user, 2)
+        neighbours = await kept_texts(harness, neighbour.key)
         receipt = await harness.retention.erase_user("acme", user)
         assert receipt == ErasureReceipt(threads=2, messages=8, memory_items=3, feedback=2)
         for thread in mine:
             assert not await harness.thread_exists(thread.key)
+            assert await kept_texts(harness, thread.key) == 0, "no summary or prompt left"
+        assert await kept_texts(harness, neighbour.key) == neighbours
         assert await harness.thread_exists(elsewhere.key)
         assert await harness.thread_exists(neighbour.key)
         assert await harness.retention.erase_user("acme", user) == ErasureReceipt()

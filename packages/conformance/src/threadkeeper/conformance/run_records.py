@@ -21,6 +21,7 @@ def record(
     tenant: str = "acme",
     user: str = "u1",
     run_id: str | None = None,
+    summary: str | None = None,
 ) -> RunRecord:
     key = thread_key or f"{tenant}:{user}:t-{uuid.uuid4().hex[:8]}"
     return RunRecord(
@@ -37,8 +38,46 @@ def record(
         prompt_version="v1",
         chunk_ids=("dental#1",),
         memory_keys=("profile/language@2026-03-01T12:00:00+00:00",),
-        model_calls=(ModelCall(("h1", "a1"), None, 120, 8000, "o200k_base"),),
+        model_calls=(ModelCall(("h1", "a1"), summary, 120, 8000, "o200k_base"),),
         checkpoint_id="cp-1",
+    )
+
+
+def summary_versions(count: int, *, cap: int = 8) -> list[str]:
+    """Rolling-summary texts as a summarizer writes them: a heading, the first two lines
+    kept, a few lines added per version and the oldest after the head dropped past ``cap``."""
+    lines: list[str] = []
+    out: list[str] = []
+    for version in range(count):
+        lines += [f"- User: question {version} 是否 بله", f"- Assistant: answer {version}"]
+        if len(lines) > cap:
+            lines = lines[:2] + lines[-(cap - 2) :]
+        out.append("\n".join(["Summary of the earlier conversation:", *lines]))
+    return out
+
+
+def compact_record(key: str, *, tenant: str, user: str, version: int, summary: str) -> RunRecord:
+    """A record as the service writes it: compact windows, a summary per model call, the
+    response's run id, thread id and status those of the record."""
+    base = record(key, tenant=tenant, user=user)
+    calls = (
+        ModelCall((), summary, 900, 8000, "o200k_base", window=((-2 * version, 1),)),
+        ModelCall(
+            (), summary, 950, 8000, "o200k_base", window=((-2 * version, 1), "call-1", "tool-1")
+        ),
+    )
+    response = {
+        "run_id": base.run_id,
+        "thread_id": base.thread_id,
+        "status": base.status,
+        "message": {"id": f"a-{version}", "role": "ai", "content": "بله", "citations": []},
+        "usage": {"input_tokens": 950, "output_tokens": 3, "source": "provider"},
+    }
+    return msgspec.structs.replace(
+        base,
+        model_calls=calls,
+        response=response,
+        memory_keys=(f"profile/language@{version}", "facts/product:dental@1"),
     )
 
 
@@ -62,6 +101,48 @@ class RunRecordsConformance:
         assert await records.save(item) is True
         assert await records.get(item.thread_key, item.run_id) == item
         assert await records.by_human_message(item.thread_key, item.human_message_id) == item
+
+    async def test_records_with_many_summary_versions_read_back_equal(
+        self, records: RunRecords
+    ) -> None:
+        """A store may keep texts apart (once per thread, a version as a delta of an earlier
+        one): every version reads back whole, in any order, and a repeated one too."""
+        user = f"u{uuid.uuid4().hex[:6]}"
+        key = f"acme:{user}:t-{uuid.uuid4().hex[:8]}"
+        versions = summary_versions(40)
+        items = [
+            compact_record(key, tenant="acme", user=user, version=i, summary=text)
+            for i, text in enumerate([*versions, versions[3], ""])
+        ]
+        for item in items:
+            assert await records.save(item) is True
+        for item in reversed(items):
+            assert await records.get(key, item.run_id) == item
+            assert await records.by_human_message(key, item.human_message_id) == item
+
+    async def test_deleting_a_thread_or_erasing_a_user_leaves_no_texts(
+        self, records: RunRecords
+    ) -> None:
+        user = f"u{uuid.uuid4().hex[:6]}"
+        mine = [f"acme:{user}:t-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+        neighbour = f"acme:someone:t-{uuid.uuid4().hex[:8]}"
+        for key in (*mine, neighbour):
+            owner = "someone" if key == neighbour else user
+            for i, text in enumerate(summary_versions(5)):
+                await records.save(
+                    compact_record(key, tenant="acme", user=owner, version=i, summary=text)
+                )
+        kept = await records.kept_texts(neighbour)
+        assert await records.delete_thread(mine[0]) == (5, 0)
+        assert await records.kept_texts(mine[0]) == 0
+        assert await records.erase_user("acme", user) == (5, 0)
+        assert await records.kept_texts(mine[1]) == 0
+        assert await records.kept_texts(neighbour) == kept
+        again = compact_record(
+            mine[0], tenant="acme", user=user, version=1, summary=summary_versions(2)[1]
+        )
+        await records.save(again)  # a text deleted with its thread is stored again
+        assert await records.get(mine[0], again.run_id) == again
 
     async def test_save_is_idempotent_on_run_id(self, records: RunRecords) -> None:
         item = record()
@@ -197,7 +278,10 @@ class RunRecordsConformance:
         )
         for item in (escalated, plain, neighbour):
             await records.save(item)
+        texts = await records.kept_texts(escalated.thread_key)
         assert await records.forget_memory("acme", user) == 1
+        # the prompt that held the memory is not kept apart either (replaced, not added to)
+        assert await records.kept_texts(escalated.thread_key) == texts
         stored = await records.get(escalated.thread_key, escalated.run_id)
         assert stored is not None
         assert "married" not in stored.system_prompt

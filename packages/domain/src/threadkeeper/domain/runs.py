@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
 
+from threadkeeper.domain.compact import Segment, decode_window
 from threadkeeper.domain.errors import DomainError
 from threadkeeper.domain.prompt import DOCUMENTS_OPEN, DOCUMENTS_REF, MEMORY_CLOSE, MEMORY_OPEN
 
@@ -84,17 +86,30 @@ def without_memory(record: RunRecord) -> RunRecord:
     return msgspec.structs.replace(record, system_prompt=prompt, response=response)
 
 
-class ModelCall(msgspec.Struct, frozen=True):
-    """One model call of a run: the window it was shown."""
+class ModelCall(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One model call of a run: the window it was shown.
+
+    A record names the window either by ``message_ids`` (records written before windows were
+    compact, and ``Replay`` records, decoded) or by ``window``: segments of the thread's
+    order relative to the run's human message (``domain.compact.encode_window``), with
+    ``message_ids`` empty.
+    """
 
     message_ids: tuple[str, ...]
     summary: str | None
     tokens: int
     budget: int
     counter: str
+    window: tuple[Segment, ...] | None = None
+
+    def ids(self, order: Sequence[str], anchor: str) -> list[str]:
+        """The ids of the messages shown, given the thread's order (``thread_order``)."""
+        if self.window is None:
+            return list(self.message_ids)
+        return decode_window(self.window, order, anchor)
 
 
-class RunRecord(msgspec.Struct, frozen=True):
+class RunRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     run_id: str
     thread_key: str
     tenant_id: str
@@ -188,6 +203,11 @@ class RunRecords(ABC):
     async def forget_memory(self, tenant_id: str, user_id: str) -> int:
         """Remove what the user's run records hold of their memory (``without_memory``), when
         the user resets it; how many records changed."""
+
+    async def kept_texts(self, thread_key: str) -> int:
+        """How many texts the thread's records keep apart from them (content-addressed
+        summaries and prompts, stored once per thread); 0 where records hold their texts."""
+        return 0
 
 
 class InMemoryRunRecords(RunRecords):

@@ -13,6 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from threadkeeper.app.agent import PROMPT_VERSION, RunTrace
 from threadkeeper.app.service import AnswerOut, CitationOut, RunResultOut, UsageOut
+from threadkeeper.domain.compact import encode_window, thread_order
 from threadkeeper.domain.memory import MemoryKind
 from threadkeeper.domain.runs import ModelCall, RunRecord, content_digest, stored_prompt
 from threadkeeper.domain.summary import Summary, encode_summary
@@ -114,6 +115,7 @@ def finish(
         handoff_context=handoff_context(values, messages, trace) if status == "escalate" else None,
     )
     memory = trace.memory
+    order = thread_order(messages)
     record = RunRecord(
         run_id=run_id,
         thread_key=ref.key,
@@ -130,7 +132,12 @@ def finish(
         memory_keys=tuple(f"{m['kind']}/{m['key']}@{m['updated_at']}" for m in memory),
         model_calls=tuple(
             ModelCall(
-                tuple(str(m.id) for m in w.messages), w.summary, w.tokens, w.budget, w.counter
+                (),
+                w.summary,
+                w.tokens,
+                w.budget,
+                w.counter,
+                window=encode_window([str(m.id) for m in w.messages], order, str(human.id)),
             )
             for w in trace.windows
         ),

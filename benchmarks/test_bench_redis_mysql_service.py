@@ -1,0 +1,203 @@
+"""Stored bytes of a thread written by the service itself, on the redis-mysql profile.
+
+The counterpart of ``test_bench_postgres_service``: the real app (``create_app``, JSON-mode
+runs through Litestar's test client, builtin model, the profile's default hooks
+``truncate_tool_results,compact``) on a private Redis Stack (``tests.support.redis_stack``,
+flushed before each arm) and a fresh migrated MariaDB database, one thread per arm, feedback
+on every tenth run. Weighed:
+
+* MySQL — **every row keyed by the thread in every table of the database** (each table with a
+  ``thread_key`` column; memory is keyed by user and is left out): Σ ``LENGTH`` (bytes) of
+  every column + 28 bytes per row, by kind: ``archive`` (``chat_messages``,
+  ``chat_summaries``), ``audit`` (``tool_invocations``), ``run_records``
+  (``tk_run_records``), ``run_texts`` (``tk_run_texts``), ``feedback`` (``tk_feedback``),
+  ``claims`` (``tk_run_claims``). ``storage_ratio`` = all of it ÷ ``transcript_bytes`` (UTF-8
+  bytes of the messages ``GET /messages`` serves); ``records_ratio`` = run records + texts.
+* Redis — Σ ``MEMORY USAGE key SAMPLES 0`` over the thread's keys (``redis_bytes``, and how
+  many keys): bounded by the token budget whatever the thread's length
+  (``test_bench_redis_storage``), so not in the ratio.
+
+Arms: ~950- and ~300-byte human messages. Reduced: 50 turns; full: 200. Gates (asserted, at
+every size, 950-byte arm): exactly two Redis keys, and ``storage_ratio ≤ 2.0`` — not met yet
+(2.37× at 50 turns), so marked a strict expected failure, which fails the day it is met.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from litestar.testing import AsyncTestClient
+
+from benchmarks.conftest import BenchSize, chat_text
+from tests.api.conftest import TENANT, USER, Servers, headers_for, settings_for
+from tests.support.mysql import fresh_database, query
+from tests.support.redis_stack import PrivateRedis, private_redis
+from threadkeeper.app.application import create_app
+from threadkeeper.domain.threads import ThreadRef
+
+TURNS = {"reduced": 50, "full": 200}
+KINDS = {
+    "chat_messages": "archive",
+    "chat_summaries": "archive",
+    "tool_invocations": "audit",
+    "tk_run_records": "run_records",
+    "tk_run_texts": "run_texts",
+    "tk_feedback": "feedback",
+    "tk_run_claims": "claims",
+}
+ROW_OVERHEAD = 28
+STORAGE_TARGET = 2.0
+FEEDBACK_EVERY = 10
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[PrivateRedis]:
+    with private_redis() as server:
+        yield server
+
+
+def weigh_thread(url: str, key: str) -> dict[str, tuple[int, int]]:
+    """(rows, bytes) of the thread in every table of the database keyed by thread."""
+    keyed = query(
+        url,
+        "SELECT table_name FROM information_schema.columns "
+        "WHERE table_schema = DATABASE() AND column_name = 'thread_key' ORDER BY table_name",
+    )
+    out: dict[str, tuple[int, int]] = {}
+    for (table,) in keyed:
+        columns = query(
+            url,
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = DATABASE() AND table_name = %s",
+            (table,),
+        )
+        logical = " + ".join(f"coalesce(length(`{c}`), 0)" for (c,) in columns)
+        ((rows, size),) = query(
+            url,
+            f"SELECT count(*), coalesce(sum({logical} + {ROW_OVERHEAD}), 0) "
+            f"FROM `{table}` WHERE thread_key = %s",
+            (key,),
+        )
+        out[str(table)] = (int(rows), int(size))
+    return out
+
+
+def redis_bytes(url: str, key: str) -> tuple[int, int]:
+    """(keys, bytes) of the thread in Redis."""
+    client = redis.Redis.from_url(url)
+    try:
+        names = [k for k in client.scan_iter(count=1000) if key.encode() in k]
+        return len(names), sum(int(client.memory_usage(k, samples=0) or 0) for k in names)
+    finally:
+        client.close()
+
+
+async def _conversation(servers: Servers, thread: str, turns: int, message_bytes: int) -> int:
+    """Run the conversation through the app; the transcript's UTF-8 bytes as served."""
+    rng = random.Random(5)
+    with tempfile.TemporaryDirectory() as data:
+        app = create_app(settings_for("redis-mysql", Path(data), servers))
+        async with AsyncTestClient(app, timeout=120) as client:
+            client.headers.update(headers_for("redis-mysql"))
+            for turn in range(turns):
+                text = chat_text(rng, message_bytes).encode()[:message_bytes]
+                response = await client.post(
+                    f"/v1/threads/{thread}/runs",
+                    json={"message": {"content": text.decode("utf-8", errors="ignore")}},
+                    headers={"Accept": "application/json"},
+                )
+                assert response.status_code == 200, response.text
+                if turn % FEEDBACK_EVERY == FEEDBACK_EVERY - 1:
+                    run_id = response.json()["run_id"]
+                    noted = await client.post(
+                        f"/v1/threads/{thread}/runs/{run_id}/feedback",
+                        json={"score": 1, "comment": "clear, thank you"},
+                    )
+                    assert noted.status_code == 204, noted.text
+            served, before = 0, None
+            while True:
+                params: dict[str, Any] = {"limit": 100, **({"before": before} if before else {})}
+                page = (await client.get(f"/v1/threads/{thread}/messages", params=params)).json()
+                served += sum(len(m["content"].encode()) for m in page["messages"])
+                before = page.get("next_before")
+                if not before:
+                    return served
+
+
+@pytest.mark.parametrize(
+    "message_bytes",
+    [
+        pytest.param(
+            950,
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason="storage_ratio ≤ 2.0 not met: the archive alone is ~1.40× (ids, times "
+                "and citations per row), run records ~0.92× (the answer's text is in the "
+                "record's response too) — docs/storage-redis-mysql.md",
+            ),
+        ),
+        300,
+    ],
+)
+def test_redis_mysql_service_storage(  # type: ignore[no-untyped-def]
+    benchmark, size: BenchSize, message_bytes: int, redis_server: PrivateRedis
+) -> None:
+    turns = TURNS[size.name]
+    thread = f"weighed-{message_bytes}"
+    key = ThreadRef(TENANT, USER, thread).key
+    benchmark.group = f"redis-mysql service storage, {turns} turns"
+    flushing = redis.Redis.from_url(redis_server.url)
+    try:
+        flushing.flushall()
+    finally:
+        flushing.close()
+    with fresh_database() as url:
+        servers = Servers(redis_url=redis_server.url, mysql_url=url)
+        transcript: list[int] = []
+        benchmark.pedantic(
+            lambda: transcript.append(
+                asyncio.run(_conversation(servers, thread, turns, message_bytes))
+            ),
+            rounds=1,
+            iterations=1,
+        )
+        weights = weigh_thread(url, key)
+    served = transcript[0]
+    rows: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    for table, (count, weight) in weights.items():
+        kind = KINDS.get(table, table)
+        rows[kind] = rows.get(kind, 0) + count
+        kinds[kind] = kinds.get(kind, 0) + weight
+    stored = sum(kinds.values())
+    records = kinds.get("run_records", 0) + kinds.get("run_texts", 0)
+    keys, in_redis = redis_bytes(redis_server.url, key)
+    ratio = stored / served
+    benchmark.extra_info.update(
+        role="measurement",
+        turns=turns,
+        message_bytes=message_bytes,
+        transcript_bytes=served,
+        bytes_per_thread=stored,
+        storage_ratio=round(ratio, 2),
+        records_ratio=round(records / served, 2),
+        bytes_by_kind=kinds,
+        ratio_by_kind={kind: round(weight / served, 3) for kind, weight in kinds.items()},
+        rows=rows,
+        redis_keys=keys,
+        redis_bytes=in_redis,
+    )
+    assert rows["archive"] >= 2 * turns  # human + answer per round (+ the summary row)
+    assert rows["run_records"] == turns
+    assert rows["feedback"] == turns // FEEDBACK_EVERY
+    if message_bytes == 950:
+        assert keys == 2, "one checkpoint and its latest pointer"
+        assert ratio <= STORAGE_TARGET, benchmark.extra_info
