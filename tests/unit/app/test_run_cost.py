@@ -33,7 +33,6 @@ from langsmith._internal import _aiter
 from pydantic import PrivateAttr
 
 from tests.support.scripted_model import ScriptedChatModel
-from threadkeeper.adapters import profiles
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.adapters.serde import MemoSerializer, MessageMemo, checkpoint_serializer
 from threadkeeper.app.config import Settings
@@ -41,7 +40,6 @@ from threadkeeper.app.container import build_service
 from threadkeeper.app.runs import RunService
 from threadkeeper.app.service import Caller, RunMessage, RunRequest
 from threadkeeper.app.telemetry import _inline_unless_traced, untraced_langsmith_inline
-from threadkeeper.conformance import in_memory
 from threadkeeper.conformance.in_memory import InMemoryBackend
 from threadkeeper.domain.estimate import EstimatingCounter
 
@@ -68,16 +66,6 @@ class CountingModel(ScriptedChatModel):
 
 def _chunk(text: str) -> AIMessageChunk:
     return AIMessageChunk(content=text)
-
-
-@pytest.fixture
-def memory_profile(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setitem(profiles.PROFILES, in_memory.NAME, in_memory.PACKAGE)
-    profiles.profile.cache_clear()
-    profiles.profile_settings.cache_clear()
-    yield in_memory.NAME
-    profiles.profile.cache_clear()
-    profiles.profile_settings.cache_clear()
 
 
 def service_with(model: Any, profile: str) -> RunService:

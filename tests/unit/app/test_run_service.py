@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -17,7 +16,6 @@ from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import PrivateAttr
 
 from tests.support.scripted_model import ScriptedChatModel
-from threadkeeper.adapters import profiles
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.app.builtin_model import BuiltinChatModel
 from threadkeeper.app.config import Settings
@@ -31,7 +29,6 @@ from threadkeeper.app.service import (
     RunResultOut,
     Unavailable,
 )
-from threadkeeper.conformance import in_memory
 from threadkeeper.conformance.in_memory import InMemoryBackend
 from threadkeeper.domain.errors import DomainError, ThreadBusy
 from threadkeeper.domain.estimate import EstimatingCounter
@@ -63,17 +60,6 @@ class GatedModel(ScriptedChatModel):
 
 def failing(_: list[BaseMessage]) -> AIMessage:
     raise RuntimeError("the provider is down")
-
-
-@pytest.fixture
-def memory_profile(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The in-memory profile registered (``docs/writing-a-backend.md``)."""
-    monkeypatch.setitem(profiles.PROFILES, in_memory.NAME, in_memory.PACKAGE)
-    profiles.profile.cache_clear()
-    profiles.profile_settings.cache_clear()
-    yield in_memory.NAME
-    profiles.profile.cache_clear()
-    profiles.profile_settings.cache_clear()
 
 
 @pytest.fixture(params=[False, True], ids=["checkpoint-transcript", "archive-transcript"])
