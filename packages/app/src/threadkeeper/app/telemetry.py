@@ -88,9 +88,15 @@ def untraced_langsmith_inline() -> None:
     langsmith.set_runtime_overrides(aio_to_thread=_inline_unless_traced)
 
 
+_TRACER = trace.get_tracer(TRACER_NAME)
+"""The API's proxy tracer: it creates no-op spans until a ``TracerProvider`` is installed and
+the installed provider's spans from then on. Made once: ``get_tracer`` per span cost 2.6% of a
+run's CPU (py-spy)."""
+
+
 def tracer() -> trace.Tracer:
-    """The tracer of the provider installed now (the API's no-op one until then)."""
-    return trace.get_tracer(TRACER_NAME)
+    """threadkeeper's tracer (of whichever provider is installed, now or later)."""
+    return _TRACER
 
 
 def capture_content() -> bool:
