@@ -89,3 +89,29 @@ def test_a_bad_tokenizer_is_one_line(
 ) -> None:
     monkeypatch.setenv("THREADKEEPER_TOKENIZER", "no-such-tokenizer")
     assert "THREADKEEPER_TOKENIZER must be one of" in refused(capsys)
+
+
+async def test_connections_to_the_server_socket_send_without_delay() -> None:
+    """``serve`` binds its socket itself (a taken port is one line); asyncio sets TCP_NODELAY
+    only on sockets that say they are TCP. Without it, each response on a kept-alive
+    connection waited ~40 ms for the client's delayed ACK."""
+    import asyncio
+
+    listening = cli._listen("127.0.0.1", 0)
+    listening.listen()
+    seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted = writer.get_extra_info("socket")
+        seen.set_result(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    server = await asyncio.start_server(accept, sock=listening)
+    try:
+        port = listening.getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(seen, timeout=10) != 0
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
