@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 import random
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -93,3 +95,105 @@ def conversation(messages: int, seed: int = 7) -> list[BaseMessage]:
             )
         out.append(AIMessage(chat_text(rng, 300), id=str(uuid.UUID(int=rng.getrandbits(128)))))
     return out[:messages]
+
+
+# -- arms measured outside the ``benchmark`` fixture ------------------------------------------
+#
+# The service arms are measured interleaved (arm after arm, window after window, so a change
+# in the machine's load hits every arm alike), which one ``benchmark`` fixture per arm cannot
+# do. A campaign test times the whole campaign with its own fixture (group "service
+# campaigns") and hands each arm's samples (seconds) to ``record_arm``; the entries are added
+# to the JSON with pytest-benchmark's own statistics, so ``report.py`` reads them like any arm.
+
+RECORDED_ARMS: list[dict[str, Any]] = []
+
+
+def record_arm(group: str, name: str, samples: list[float], extra_info: dict[str, Any]) -> None:
+    """Add an arm of ``group`` measured by ``samples`` (seconds) to the results."""
+    from pytest_benchmark.stats import Stats
+
+    stats = Stats()
+    for sample in samples:
+        stats.update(sample)
+    summary = stats.as_dict()
+    summary.update(data=list(samples), iterations=1)
+    RECORDED_ARMS.append(
+        {
+            "group": group,
+            "name": name,
+            "fullname": f"{group}::{name}",
+            "params": None,
+            "param": None,
+            "extra_info": dict(extra_info),
+            "options": {"recorded": "interleaved (benchmarks/conftest.py record_arm)"},
+            "stats": summary,
+        }
+    )
+
+
+def pytest_benchmark_update_json(config: Any, benchmarks: Any, output_json: dict[str, Any]) -> None:
+    output_json["benchmarks"].extend(RECORDED_ARMS)
+
+
+@dataclass(frozen=True)
+class ServiceSize:
+    """Sizes of the service arms (``test_bench_service.py``, ``test_bench_turns.py``)."""
+
+    profiles: tuple[str, ...]
+    sequential_runs: int
+    """Per arm and mode, run by run interleaved across arms."""
+    peer_sequential_runs: int
+    """The Agent Server's sequential arms run this many times, spread over the campaign (its
+    in-memory queue polls every 0.5 s when idle: ~1 s per sequential run)."""
+    turns_per_thread: int
+    """Sequential arms start a new thread every this many runs (a short chat)."""
+    concurrency: tuple[int, ...]
+    runs_per_worker: int
+    rounds: int
+    """Interleaved windows per arm at each concurrency."""
+    turns: int
+    turn_marks: tuple[int, ...]
+    turn_threads: int
+
+
+SERVICE_SIZES = {
+    "reduced": ServiceSize(
+        profiles=("embedded", "postgres"),
+        sequential_runs=30,
+        peer_sequential_runs=4,
+        turns_per_thread=5,
+        concurrency=(20,),
+        runs_per_worker=2,
+        rounds=3,
+        turns=50,
+        turn_marks=(5, 50),
+        turn_threads=3,
+    ),
+    "full": ServiceSize(
+        profiles=("embedded", "postgres", "redis-mysql"),
+        sequential_runs=200,
+        peer_sequential_runs=30,
+        turns_per_thread=5,
+        concurrency=(5, 10, 20, 40),
+        runs_per_worker=4,
+        rounds=5,
+        turns=200,
+        turn_marks=(10, 50, 100, 200),
+        turn_threads=3,
+    ),
+}
+
+
+@pytest.fixture(scope="session")
+def service_size(size: BenchSize) -> ServiceSize:
+    return SERVICE_SIZES[size.name]
+
+
+@pytest.fixture(scope="session")
+def service_fleet(service_size: ServiceSize, size: BenchSize) -> Iterator[Any]:
+    """The servers and in-process agents of the service arms (``service_support.Fleet``),
+    each started on first use, all stopped at the end of the session."""
+    from benchmarks.service_support import fleet_for
+
+    with fleet_for(size.name, max(service_size.concurrency)) as fleet:
+        yield fleet
