@@ -129,7 +129,7 @@ class RunExecutor:
             attributes=attributes,
         ) as span:
             try:
-                await self.execute(started)
+                await self.execute(started, conversation)
             except BaseException as exc:
                 record_failure(span, exc)
                 raise
@@ -141,10 +141,10 @@ class RunExecutor:
                 if failure is not None:
                     record_failure(span, failure)
 
-    async def execute(self, started: Started) -> None:
+    async def execute(self, started: Started, conversation: str | None = None) -> None:
         run, ref, human = started.run, started.ref, started.human
         config = run_config(ref, started.caller)
-        trace = RunTrace(conversation_id=self.conversations.of(ref.key))
+        trace = RunTrace(conversation_id=conversation)  # traced() named the thread
         current_trace.set(trace)
         outcome = None
         try:
