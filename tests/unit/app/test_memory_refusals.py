@@ -14,6 +14,7 @@ import pytest
 from langchain_core.messages import AIMessage
 from prometheus_client import REGISTRY, generate_latest
 
+from tests.support import metrics
 from tests.support.scripted_model import ScriptedChatModel
 from threadkeeper.adapters.embedded import open_embedded
 from threadkeeper.adapters.knowledge import KnowledgeBase
@@ -32,8 +33,7 @@ PROPOSED = [
 
 
 def refusals(reason: str) -> float:
-    value = REGISTRY.get_sample_value("threadkeeper_memory_refusals_total", {"reason": reason})
-    return value or 0.0
+    return metrics.total("threadkeeper.memory.refusals", reason=reason)
 
 
 @pytest.fixture

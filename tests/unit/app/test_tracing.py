@@ -13,10 +13,9 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.api.conftest import HEADERS, TENANT, USER, settings_for
+from tests.support import tracing
 from threadkeeper.app.application import create_app
 from threadkeeper.app.telemetry import (
     CAPTURE_CONTENT,
@@ -25,17 +24,14 @@ from threadkeeper.app.telemetry import (
     export_requested,
 )
 
-EXPORTER = InMemorySpanExporter()
+EXPORTER = tracing.EXPORTER
 QUESTION = "Please give me the full details of the dental cover"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def provider() -> None:
     """One SDK provider for the process (OpenTelemetry allows the global to be set once)."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        sdk = TracerProvider()
-        sdk.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        trace.set_tracer_provider(sdk)
+    tracing.install()
     current = trace.get_tracer_provider()
     assert isinstance(current, TracerProvider)
 

@@ -20,6 +20,7 @@ from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
 from threadkeeper.domain.locks import RunLock, ThreadLock
 from threadkeeper.domain.memory import user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
+from threadkeeper.domain.threads import log_name
 from threadkeeper.domain.tokens import message_text
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class CheckpointRetention(HeldDeletion):
         try:
             found = await self.saver.aget_tuple({"configurable": {"thread_id": thread_key}})
         except Exception:
-            log.warning("thread %s unreadable; deleting it uncounted", thread_key, exc_info=True)
+            log.warning("%s unreadable; deleting it uncounted", log_name(thread_key), exc_info=True)
             return 0, True
         if found is None:
             return 0, False

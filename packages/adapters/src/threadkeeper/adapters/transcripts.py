@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from threadkeeper.domain.compact import thread_order
 from threadkeeper.domain.errors import UnknownThread
 from threadkeeper.domain.summary import decode_summary
+from threadkeeper.domain.threads import log_name
 from threadkeeper.domain.transcript import (
     MAX_PAGE,
     TranscriptArchive,
@@ -117,7 +118,9 @@ class ArchiveTranscript:
             newest = await self.archive.recent(thread_key, 1)
             if not newest or newest[-1].id in {m.id for m in current}:
                 return None
-            log.warning("the checkpoint of %s is behind its archive: starting cold", thread_key)
+            log.warning(
+                "the checkpoint of %s is behind its archive: starting cold", log_name(thread_key)
+            )
             await self.saver.adelete_thread(thread_key)
         recent = await self.archive.recent(thread_key, COLD_START_MESSAGES)
         if not recent:
@@ -126,7 +129,7 @@ class ArchiveTranscript:
         summary = decode_summary(await self.archive.latest_summary(thread_key))
         if summary is not None:
             values["summary"] = summary
-        log.info("cold start of %s from %d archived messages", thread_key, len(recent))
+        log.info("cold start of %s from %d archived messages", log_name(thread_key), len(recent))
         return values
 
     async def replay_messages(

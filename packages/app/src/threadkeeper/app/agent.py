@@ -86,6 +86,10 @@ class RunTrace:
     """The run's tool calls, for the audit trail (redis-mysql's ``tool_invocations``)."""
     conversation_id: str | None = None
     """The thread as traces name it (``telemetry.ConversationIds``), for the model-call spans."""
+    events: dict[str, int] = field(default_factory=dict)
+    """What the history hooks did (``summary_fold``, ``compaction``): counted once stored."""
+    model_call: Any = None
+    """The model call in progress (``telemetry.ModelCallTiming``), for its time to first chunk."""
 
 
 current_trace: ContextVar[RunTrace | None] = ContextVar("threadkeeper_trace", default=None)
@@ -96,6 +100,13 @@ def observe_window(window: Window) -> None:
     trace = current_trace.get()
     if trace is not None:
         trace.windows.append(window)
+
+
+def observe_event(event: str) -> None:
+    """``HookSettings.on_event``: count a hook's fold or compaction for the run it is in."""
+    trace = current_trace.get()
+    if trace is not None:
+        trace.events[event] = trace.events.get(event, 0) + 1
 
 
 class AgentState(ThreadState):

@@ -18,6 +18,7 @@ from threadkeeper.app.runs import RunService
 from threadkeeper.app.service import Unavailable
 from threadkeeper.app.storage import startup_problem as profile_problem
 from threadkeeper.app.sweeper import RetentionSweeper
+from threadkeeper.app.telemetry import configure_metrics
 
 log = logging.getLogger("threadkeeper")
 
@@ -88,10 +89,13 @@ def create_app(settings: Settings | None = None, *, container: Container | None 
     """The application; the backend, model, hooks and agent are built in its lifespan
     (``threadkeeper serve`` builds them first, so a bad setting is one clear line)."""
     settings = settings or load_settings()
+    configure_metrics(settings.profile)  # once per process: /metrics and OTLP (telemetry)
     container = container or make_container(settings)
     proxy = ServiceProxy()
     rate_limit = (
-        RunRateLimit(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
+        RunRateLimit(settings.rate_limit_per_minute, profile=settings.profile)
+        if settings.rate_limit_per_minute
+        else None
     )
 
     @asynccontextmanager

@@ -341,10 +341,11 @@ def _run_server(settings: Settings, args: argparse.Namespace, sock: socket.socke
 
     from threadkeeper.app.application import create_app, startup_problem
     from threadkeeper.app.container import make_container
-    from threadkeeper.app.telemetry import configure_tracing
+    from threadkeeper.app.telemetry import configure_metrics, configure_tracing, otlp_protocol
 
-    if configure_tracing():
-        log.info("exporting traces over OTLP/HTTP")
+    if configure_tracing(settings.profile):
+        log.info("exporting traces over OTLP (%s)", otlp_protocol())
+    configure_metrics(settings.profile)
 
     container = make_container(settings)
     try:

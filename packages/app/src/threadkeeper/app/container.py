@@ -15,7 +15,7 @@ from langchain_core.language_models import BaseChatModel
 
 from threadkeeper.adapters.knowledge import KnowledgeBase, fetch_faq_document_tool
 from threadkeeper.adapters.profile import Backend
-from threadkeeper.app.agent import SYSTEM_PROMPT, build_agent, observe_window
+from threadkeeper.app.agent import SYSTEM_PROMPT, build_agent, observe_event, observe_window
 from threadkeeper.app.builtin_model import BuiltinChatModel
 from threadkeeper.app.config import ConfigError, Settings
 from threadkeeper.app.counters import counter_from_name
@@ -84,6 +84,7 @@ def build_service(
         tool_result_max_chars=settings.tool_result_max_chars,
         system_prompt=SYSTEM_PROMPT,
         observer=observe_window,
+        on_event=observe_event,
         summarizer=summarizer_for(settings.model, model, counter),
     )
     hooks: Sequence[Any] = build_pipeline(

@@ -1,28 +1,188 @@
-"""Domain metrics, on the Prometheus registry ``GET /metrics`` serves (beside Litestar's
-HTTP metrics, ``threadkeeper_http_*``)."""
+"""threadkeeper's metrics: OpenTelemetry instruments on the process's ``MeterProvider``.
+
+One stack for traces and metrics (``threadkeeper.app.telemetry.configure_telemetry`` installs
+the providers): ``GET /metrics`` is OpenTelemetry's Prometheus reader over this provider, and
+the same provider exports over OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. The
+instruments are made here once, on the API's proxy meter, so they record into whichever
+provider is installed (none: no-ops).
+
+Two families (docs/operations.md lists every one with its Prometheus name and queries):
+
+- the client-side GenAI metrics of each model call (semantic conventions
+  ``telemetry.SEMCONV_VERSION``): ``gen_ai.client.token.usage``,
+  ``gen_ai.client.operation.duration``, ``gen_ai.client.operation.time_to_first_chunk``;
+- threadkeeper's own: runs, refusals, run duration and time to first token (the service's,
+  not a model server's), lock wait, tokens before and after trimming, summary folds,
+  compactions, cold starts, memory facts, retention deletions and erasures, bytes per round.
+
+No label carries a thread, user or tenant id: label values are profiles, statuses, reasons,
+kinds and model names (bounded sets).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import Counter
+from opentelemetry import metrics
 
-MEMORY_REFUSALS = Counter(
-    "threadkeeper_memory_refusals",
-    "Memory candidates refused by MemoryRules, by reason (values are never stored or logged).",
-    ["reason"],
+METER_NAME = "threadkeeper"
+
+_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
+"""Run and model-call durations: a fake model answers in milliseconds, a real one in seconds."""
+_TOKENS = [16, 64, 256, 1024, 4096, 8192, 16384, 65536, 262144, 1048576, 4194304]
+"""The GenAI conventions' advised buckets for token counts (powers of four)."""
+_BYTES = [256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
+
+_meter = metrics.get_meter(METER_NAME)
+
+# -- GenAI client metrics (semantic conventions 1.44.0) -------------------------------------
+
+GEN_AI_TOKEN_USAGE = _meter.create_histogram(
+    "gen_ai.client.token.usage",
+    unit="{token}",
+    description="Tokens used by a model call, by gen_ai.token.type (input, output).",
+    explicit_bucket_boundaries_advisory=_TOKENS,
+)
+GEN_AI_OPERATION_DURATION = _meter.create_histogram(
+    "gen_ai.client.operation.duration",
+    unit="s",
+    description="Duration of a model call, as the client saw it.",
+    explicit_bucket_boundaries_advisory=_SECONDS,
+)
+GEN_AI_TIME_TO_FIRST_CHUNK = _meter.create_histogram(
+    "gen_ai.client.operation.time_to_first_chunk",
+    unit="s",
+    description="Time from a streamed model call's start to its first chunk.",
+    explicit_bucket_boundaries_advisory=_SECONDS,
+)
+
+# -- runs -----------------------------------------------------------------------------------
+
+RUNS = _meter.create_counter(
+    "threadkeeper.runs",
+    unit="{run}",
+    description="Runs asked for, by how they ended: status is the stored outcome's status "
+    "(answered, refused, escalated, ...) or the problem's slug (thread-busy, rate-limited, "
+    "run-timeout, unavailable, ...); http.response.status_code is the answer's code (an SSE "
+    "run's error event carries it).",
+)
+RUN_DURATION = _meter.create_histogram(
+    "threadkeeper.run.duration",
+    unit="s",
+    description="From a run's admission to its outcome (stored, or failed), by status.",
+    explicit_bucket_boundaries_advisory=_SECONDS,
+)
+TIME_TO_FIRST_TOKEN = _meter.create_histogram(
+    "threadkeeper.run.time_to_first_token",
+    unit="s",
+    description="From a streamed run's admission to its first answer delta.",
+    explicit_bucket_boundaries_advisory=_SECONDS,
+)
+LOCK_WAIT = _meter.create_histogram(
+    "threadkeeper.lock.wait",
+    unit="s",
+    description="Time to take (or be refused) the thread's run lock, by outcome.",
+    explicit_bucket_boundaries_advisory=[
+        0.0005,
+        0.001,
+        0.0025,
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1,
+        5,
+    ],
+)
+WINDOW_TOKENS = _meter.create_histogram(
+    "threadkeeper.window.tokens",
+    unit="{token}",
+    description="Tokens of a model call's context, by stage: before_trim (system prompt, "
+    "summary and every message the summary does not cover) and after_trim (what was sent).",
+    explicit_bucket_boundaries_advisory=_TOKENS,
+)
+SUMMARY_FOLDS = _meter.create_counter(
+    "threadkeeper.summary.folds",
+    unit="{fold}",
+    description="Older turns folded into a thread's rolling summary, in stored runs.",
+)
+COMPACTIONS = _meter.create_counter(
+    "threadkeeper.compactions",
+    unit="{compaction}",
+    description="Destructive compactions of a thread's checkpointed history, in stored runs.",
+)
+COLD_STARTS = _meter.create_counter(
+    "threadkeeper.cold_starts",
+    unit="{run}",
+    description="Runs whose thread was restored from the archive (its checkpoints had expired).",
+)
+ROUND_BYTES = _meter.create_histogram(
+    "threadkeeper.round.bytes",
+    unit="By",
+    description="Bytes a stored round wrote, by kind (checkpoints, messages, run_records, ...).",
+    explicit_bucket_boundaries_advisory=_BYTES,
+)
+
+# -- memory and deletion --------------------------------------------------------------------
+
+MEMORY_FACTS = _meter.create_counter(
+    "threadkeeper.memory.facts",
+    unit="{fact}",
+    description="Memory entries written after stored rounds, by kind.",
+)
+MEMORY_REFUSALS = _meter.create_counter(
+    "threadkeeper.memory.refusals",
+    unit="{fact}",
+    description="Memory candidates refused by MemoryRules, by reason (values are never "
+    "stored or logged).",
+)
+MEMORY_WRITE_FAILURES = _meter.create_counter(
+    "threadkeeper.memory.write_failures",
+    unit="{write}",
+    description="Memory writes after a stored round that failed (the round stays "
+    "acknowledged), by what happened next: retried (once, in the background) then ok, or lost.",
+)
+DELETIONS = _meter.create_counter(
+    "threadkeeper.deletions",
+    unit="{thread}",
+    description="Threads deleted, by reason: retention (idle past the retention period), "
+    "request (DELETE of the thread) or erasure (of its user).",
+)
+ERASURES = _meter.create_counter(
+    "threadkeeper.erasures",
+    unit="{user}",
+    description="Users erased (every thread, memory entry and record of the user).",
 )
 
 
 def count_refusals(refused: Mapping[str, int]) -> None:
     """Add a write plan's refusal counts (``personal_data:health``, ``too_long``, …)."""
     for reason, count in refused.items():
-        MEMORY_REFUSALS.labels(reason=reason).inc(count)
+        MEMORY_REFUSALS.add(count, {"reason": reason})
 
 
-MEMORY_WRITE_FAILURES = Counter(
-    "threadkeeper_memory_write_failures",
-    "Memory writes after a stored round that failed (the round stays acknowledged), by what "
-    "happened next: retried (once, in the background) then ok, or lost.",
-    ["outcome"],
-)
+def count_memory_writes(written: Mapping[str, int], profile: str) -> None:
+    """Add the memory entries a round's plan wrote, by kind."""
+    for kind, count in written.items():
+        if count:
+            MEMORY_FACTS.add(count, {"kind": kind, "profile": profile})
+
+
+def count_round_bytes(written: Mapping[str, int], profile: str) -> None:
+    for kind, size in written.items():
+        ROUND_BYTES.record(size, {"kind": kind, "profile": profile})
+
+
+def count_run(profile: str, status: str, code: int, mode: str | None = None) -> None:
+    """One run asked for, by how it ended (``RUNS``); ``mode`` ``json`` or ``sse`` once known."""
+    attributes: dict[str, str | int] = {
+        "profile": profile,
+        "status": status,
+        "http.response.status_code": code,
+    }
+    if mode is not None:
+        attributes["mode"] = mode
+    RUNS.add(1, attributes)

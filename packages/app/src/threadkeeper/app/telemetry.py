@@ -21,7 +21,8 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import langsmith
@@ -32,6 +33,11 @@ from langsmith.utils import tracing_is_enabled
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from threadkeeper.app.metrics import (
+    GEN_AI_OPERATION_DURATION,
+    GEN_AI_TIME_TO_FIRST_CHUNK,
+    GEN_AI_TOKEN_USAGE,
+)
 from threadkeeper.domain.tokens import message_text
 
 TRACER_NAME = "threadkeeper"
@@ -103,34 +109,145 @@ def capture_content() -> bool:
     return os.environ.get(CAPTURE_CONTENT, "false").strip().lower() == "true"
 
 
-def export_requested(env: dict[str, str] | None = None) -> bool:
-    """Whether the standard OpenTelemetry variables ask for traces to be exported."""
+def _disabled(values: Mapping[str, str]) -> bool:
+    return values.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
+def export_requested(env: Mapping[str, str] | None = None, signal: str = "TRACES") -> bool:
+    """Whether the standard OpenTelemetry variables ask for ``signal`` (``TRACES`` or
+    ``METRICS``) to be exported over OTLP."""
     values = os.environ if env is None else env
-    if values.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    if _disabled(values):
         return False
-    if values.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+    if values.get(f"OTEL_{signal}_EXPORTER", "").strip().lower() == "none":
         return False
     return bool(
         values.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or values.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or values.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")
     )
 
 
-def configure_tracing() -> bool:
-    """Install an SDK provider exporting over OTLP/HTTP when ``export_requested``; whether it
-    did. Called once by ``threadkeeper serve``."""
+def otlp_protocol(env: Mapping[str, str] | None = None, signal: str = "TRACES") -> str:
+    """``grpc`` or ``http/protobuf`` (the default) by ``OTEL_EXPORTER_OTLP_{signal}_PROTOCOL``,
+    then ``OTEL_EXPORTER_OTLP_PROTOCOL``.
+
+    Raises:
+        ValueError: another protocol is asked for (``http/json`` has no Python exporter).
+    """
+    values = os.environ if env is None else env
+    protocol = (
+        values.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
+        or values.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    if protocol not in ("grpc", "http/protobuf"):
+        raise ValueError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: threadkeeper exports OTLP over "
+            "'grpc' or 'http/protobuf'"
+        )
+    return protocol
+
+
+def telemetry_resource(profile: str) -> Any:
+    """The process as every signal names it: ``service.name`` (``OTEL_SERVICE_NAME``, default
+    ``threadkeeper``), ``service.version`` (the app's), ``threadkeeper.profile``, and whatever
+    ``OTEL_RESOURCE_ATTRIBUTES`` adds."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from opentelemetry.sdk.resources import Resource
+
+    try:
+        app_version = version("threadkeeper-app")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        app_version = "0"
+    attributes: dict[str, str] = {
+        "service.name": os.environ.get("OTEL_SERVICE_NAME") or "threadkeeper",
+        "service.version": app_version,
+    }
+    if profile:
+        attributes["threadkeeper.profile"] = profile
+    return Resource.create(attributes)
+
+
+def _span_exporter(protocol: str) -> Any:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpSpanExporter,
+    )
+
+    return HttpSpanExporter()
+
+
+def _metric_exporter(protocol: str) -> Any:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter()
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpMetricExporter,
+    )
+
+    return HttpMetricExporter()
+
+
+def configure_tracing(profile: str = "") -> bool:
+    """Install an SDK tracer provider exporting over OTLP (``otlp_protocol``) when
+    ``export_requested``, unless the process has one already; whether it did."""
     if not export_requested():
         return False
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    name = os.environ.get("OTEL_SERVICE_NAME") or "threadkeeper"
-    provider = TracerProvider(resource=Resource.create({"service.name": name}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    if isinstance(trace.get_tracer_provider(), TracerProvider):
+        return False  # the embedding process installed its own
+    provider = TracerProvider(resource=telemetry_resource(profile))
+    provider.add_span_processor(BatchSpanProcessor(_span_exporter(otlp_protocol())))
     trace.set_tracer_provider(provider)
     return True
+
+
+_meter_provider: Any = None
+"""The ``MeterProvider`` ``configure_metrics`` installed (one per process), if any."""
+
+
+def configure_metrics(profile: str = "", readers: Sequence[Any] = ()) -> Any:
+    """Install the process's ``MeterProvider`` once: OpenTelemetry's Prometheus reader (what
+    ``GET /metrics`` serves), an OTLP exporter when ``export_requested(signal="METRICS")``,
+    and ``readers`` (tests pass an in-memory reader). Returns the provider — the one installed
+    before if there is one, or ``None`` when ``OTEL_SDK_DISABLED=true`` or an embedding process
+    installed its own (whose readers decide what ``/metrics`` shows)."""
+    global _meter_provider
+    if _meter_provider is not None:
+        return _meter_provider
+    if _disabled(os.environ):
+        return None
+    from opentelemetry import metrics as otel_metrics
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    if isinstance(otel_metrics.get_meter_provider(), MeterProvider):
+        return None
+    all_readers = [PrometheusMetricReader(), *readers]
+    if export_requested(signal="METRICS"):
+        exporter = _metric_exporter(otlp_protocol(signal="METRICS"))
+        all_readers.append(PeriodicExportingMetricReader(exporter))
+    provider = MeterProvider(metric_readers=all_readers, resource=telemetry_resource(profile))
+    otel_metrics.set_meter_provider(provider)
+    _meter_provider = provider
+    return provider
+
+
+def metrics_exposition() -> tuple[bytes, str]:
+    """``GET /metrics``: the Prometheus text of the process's registry (OpenTelemetry's
+    Prometheus reader collects the provider's metrics into it, beside prometheus-client's
+    process and platform collectors) and its content type."""
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
 def model_name(model: BaseChatModel) -> str:
@@ -147,9 +264,34 @@ def _messages_json(messages: list[BaseMessage]) -> str:
     )
 
 
+class ModelCallTiming:
+    """One model call in progress: when it started, and its span and metric attributes, so
+    that whoever sees its first streamed chunk (the run's stream loop) can time it."""
+
+    __slots__ = ("attributes", "first_chunk", "span", "started")
+
+    def __init__(self, span: trace.Span, attributes: dict[str, Any]) -> None:
+        self.started = time.perf_counter()
+        self.span = span
+        self.attributes = attributes
+        self.first_chunk: float | None = None
+
+    def chunk_seen(self) -> None:
+        """The call's first chunk reached the run: ``gen_ai.client.operation.time_to_first_chunk``
+        and the span's ``gen_ai.response.time_to_first_chunk`` (later chunks: nothing)."""
+        if self.first_chunk is not None:
+            return
+        self.first_chunk = elapsed = time.perf_counter() - self.started
+        GEN_AI_TIME_TO_FIRST_CHUNK.record(elapsed, self.attributes)
+        if self.span.is_recording():
+            self.span.set_attribute("gen_ai.response.time_to_first_chunk", elapsed)
+
+
 class ModelCallTracing(AgentMiddleware[Any]):
     """The innermost middleware: one ``chat {model}`` span per model call, around exactly
-    what the model is sent (after the history hooks) and what it answers."""
+    what the model is sent (after the history hooks) and what it answers, and the GenAI
+    client metrics of the call (duration, token usage; time to first chunk where the run
+    streams: ``ModelCallTiming``)."""
 
     def __init__(self, model: BaseChatModel, run: Callable[[], Any] | None = None) -> None:
         super().__init__()
@@ -180,7 +322,14 @@ class ModelCallTracing(AgentMiddleware[Any]):
             },
         ) as span:
             run = self.run() if self.run is not None else None
+            metric: dict[str, Any] = {
+                GEN_AI_OPERATION_NAME: "chat",
+                "gen_ai.provider.name": self.provider,
+                "gen_ai.request.model": self.model_name,
+            }
+            timing = ModelCallTiming(span, metric)
             if run is not None:
+                run.model_call = timing
                 if run.conversation_id is not None:
                     span.set_attribute(GEN_AI_CONVERSATION_ID, run.conversation_id)
                 if run.windows:  # the window the history hooks made for this call
@@ -196,22 +345,37 @@ class ModelCallTracing(AgentMiddleware[Any]):
                 response = await handler(request)
             except BaseException as exc:
                 record_failure(span, exc)
+                GEN_AI_OPERATION_DURATION.record(
+                    time.perf_counter() - timing.started,
+                    {**metric, "error.type": type(exc).__name__},
+                )
                 raise
+            finally:
+                if run is not None and run.model_call is timing:
+                    run.model_call = None
             answers = [m for m in response.result if isinstance(m, AIMessage)]
-            usage = answers[-1].usage_metadata if answers else None
-            if usage:
-                span.set_attribute("gen_ai.usage.input_tokens", usage["input_tokens"])
-                span.set_attribute("gen_ai.usage.output_tokens", usage["output_tokens"])
             if answers:
                 metadata = answers[-1].response_metadata or {}
                 served = metadata.get("model_name") or metadata.get("model")
-                span.set_attribute(
-                    "gen_ai.response.model", served if isinstance(served, str) else self.model_name
+                metric["gen_ai.response.model"] = (
+                    served if isinstance(served, str) else self.model_name
                 )
+                span.set_attribute("gen_ai.response.model", metric["gen_ai.response.model"])
                 reason = metadata.get("finish_reason")
                 if not isinstance(reason, str):
                     reason = "tool_calls" if answers[-1].tool_calls else "stop"
                 span.set_attribute("gen_ai.response.finish_reasons", [reason])
+            GEN_AI_OPERATION_DURATION.record(time.perf_counter() - timing.started, metric)
+            usage = answers[-1].usage_metadata if answers else None
+            if usage:
+                span.set_attribute("gen_ai.usage.input_tokens", usage["input_tokens"])
+                span.set_attribute("gen_ai.usage.output_tokens", usage["output_tokens"])
+                GEN_AI_TOKEN_USAGE.record(
+                    usage["input_tokens"], {**metric, "gen_ai.token.type": "input"}
+                )
+                GEN_AI_TOKEN_USAGE.record(
+                    usage["output_tokens"], {**metric, "gen_ai.token.type": "output"}
+                )
             if capture_content() and answers:
                 span.set_attribute("gen_ai.output.messages", _messages_json(list(answers)))
             return response

@@ -37,6 +37,9 @@ class Window:
     """Messages at or after ``start`` left out: orphaned tool results, unanswered tool calls,
     or older steps of an oversized newest turn."""
     counter: str = field(default="")
+    before_trim: int | None = None
+    """Tokens of everything the window was chosen from (the same parts untrimmed), when the
+    hook that made it counted them (``hooks.trim.before_trim``)."""
 
     @property
     def first_id(self) -> str | None:

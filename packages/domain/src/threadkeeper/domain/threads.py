@@ -70,3 +70,16 @@ class ThreadRef:
             return cls(tenant_id, user_id, key.removeprefix(prefix), scope)
         except ValueError:
             return None
+
+
+def log_name(thread_key: str) -> str:
+    """A thread as log lines name it: ``thread:`` and 12 hex digits of the SHA-256 of its key.
+
+    A thread key is ``tenant:user:thread`` — a user id — and may not reach a log line; this
+    name is stable (the same thread has the same name on every replica and in every line) and
+    tells nothing of the key. Traces name a thread by ``gen_ai.conversation.id`` (an HMAC with
+    the operator's key) instead.
+    """
+    import hashlib
+
+    return "thread:" + hashlib.sha256(thread_key.encode("utf-8")).hexdigest()[:12]

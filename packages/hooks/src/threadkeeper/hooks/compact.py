@@ -99,6 +99,9 @@ class CompactMiddleware(AgentMiddleware[ThreadState]):
             text = summarizer.fold(
                 summary.text if summary else None, fold, max_tokens=self.settings.summary_tokens
             )
+        self.settings.note("compaction")
+        if text is not None:
+            self.settings.note("summary_fold")
         return self._update(compaction, summary, text, through)
 
     async def abefore_model(
@@ -112,6 +115,9 @@ class CompactMiddleware(AgentMiddleware[ThreadState]):
             text = await self.settings.summarizer.summarize(
                 summary.text if summary else None, fold, max_tokens=self.settings.summary_tokens
             )
+        self.settings.note("compaction")
+        if text is not None:
+            self.settings.note("summary_fold")
         return self._update(compaction, summary, text, through)
 
     def wrap_model_call(

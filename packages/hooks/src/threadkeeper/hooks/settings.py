@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NotRequired
+from typing import Any, Literal, NotRequired
 
 from langchain.agents.middleware import AgentState
 from langchain_core.messages import SystemMessage
@@ -21,6 +21,8 @@ class ThreadState(AgentState[Any]):
 
 
 WindowObserver = Callable[[Window], None]
+HookEvent = Literal["summary_fold", "compaction"]
+EventObserver = Callable[[HookEvent], None]
 
 
 @dataclass(slots=True)
@@ -40,6 +42,14 @@ class HookSettings:
     (``compact`` runs before the model node)."""
     observer: WindowObserver | None = None
     """Called with every window the model is shown (per-run records, replay)."""
+    on_event: EventObserver | None = None
+    """Called when a hook folds older turns into the summary or compacts the history
+    (metrics)."""
+
+    def note(self, event: HookEvent) -> None:
+        """Report ``event`` to ``on_event``, if anyone listens."""
+        if self.on_event is not None:
+            self.on_event(event)
 
     def __post_init__(self) -> None:
         if self.budget < 1:

@@ -94,6 +94,7 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
             summary.text if summary else None, fold, max_tokens=self.settings.summary_tokens
         )
         request, new = self._updated(request, summary, text, through)
+        self.settings.note("summary_fold")
         return self._respond(handler(request), new)
 
     async def awrap_model_call(
@@ -109,4 +110,5 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
             summary.text if summary else None, fold, max_tokens=self.settings.summary_tokens
         )
         request, new = self._updated(request, summary, text, through)
+        self.settings.note("summary_fold")
         return self._respond(await handler(request), new)

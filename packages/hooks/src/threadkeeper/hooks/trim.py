@@ -9,6 +9,7 @@ from typing import Any, cast
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import AnyMessage
 
+from threadkeeper.domain.history import Window
 from threadkeeper.domain.summary import Summary
 from threadkeeper.hooks.settings import (
     HookSettings,
@@ -29,6 +30,23 @@ def after_summary(messages: Sequence[AnyMessage], summary: Summary | None) -> in
     return 0  # compacted away: everything left is newer than the summary
 
 
+def before_trim(
+    settings: HookSettings,
+    window: Window,
+    uncovered: Sequence[AnyMessage],
+    summary: Summary | None,
+) -> int:
+    """Tokens of what the window was chosen from: the window, the messages it dropped from
+    the ``uncovered`` ones (those the summary does not cover) and a summary it dropped.
+    Counts are cached per message: a lookup each, no tokenizing."""
+    tokens = window.tokens
+    count = settings.counter.count
+    tokens += sum(count(m) for m in uncovered[: window.start])
+    if summary is not None and window.summary is None:
+        tokens += settings.counter.count_system(summary.text)
+    return tokens
+
+
 def show_window(settings: HookSettings, request: ModelRequest[Any]) -> ModelRequest[Any]:
     """The request with the policy's window of its messages and the rolling summary; the
     window is reported to ``settings.observer`` (the per-run record of what the model saw).
@@ -44,8 +62,11 @@ def show_window(settings: HookSettings, request: ModelRequest[Any]) -> ModelRequ
         system=system_text(request.system_message),
         summary=summary.text if summary else None,
     )
-    if begin:
-        window = dataclasses.replace(window, start=window.start + begin)
+    window = dataclasses.replace(
+        window,
+        start=window.start + begin,
+        before_trim=before_trim(settings, window, request.messages[begin:], summary),
+    )
     if settings.observer is not None:
         settings.observer(window)
     return request.override(

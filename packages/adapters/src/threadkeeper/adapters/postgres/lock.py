@@ -32,6 +32,7 @@ from psycopg.rows import dict_row
 
 from threadkeeper.domain.errors import ThreadBusy
 from threadkeeper.domain.locks import ThreadLock, new_token
+from threadkeeper.domain.threads import log_name
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +222,7 @@ class AdvisoryThreadLock(ThreadLock):
         except Exception:
             # the session broke: the server released the lock with it; the claim stays
             # unreleased, which only affects how a refused run names the holder
-            log.warning("releasing the lock of %s failed", thread_key, exc_info=True)
+            log.warning("releasing the lock of %s failed", log_name(thread_key), exc_info=True)
 
     async def holder(self, thread_key: str) -> str | None:
         if (local := self._local.get(thread_key)) is not None:

@@ -25,6 +25,7 @@ from redis.exceptions import LockError
 
 from threadkeeper.domain.errors import ThreadBusy
 from threadkeeper.domain.locks import RunLock
+from threadkeeper.domain.threads import log_name
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class RedisRunLock(RunLock):
             try:
                 await asyncio.shield(lock.release())
             except LockError:  # expired (and maybe taken by another run): not ours to delete
-                log.warning("run lock on %s had expired before release", thread_key)
+                log.warning("run lock on %s had expired before release", log_name(thread_key))
 
     async def _keep(self, lock: Lock, thread_key: str) -> None:
         while True:
@@ -74,10 +75,14 @@ class RedisRunLock(RunLock):
             try:
                 await lock.reacquire()
             except LockError:
-                log.error("run lock on %s was lost (expired while the run lived)", thread_key)
+                log.error(
+                    "run lock on %s was lost (expired while the run lived)", log_name(thread_key)
+                )
                 return
             except Exception:  # Redis unreachable for a moment: try again next period
-                log.warning("could not extend the run lock on %s", thread_key, exc_info=True)
+                log.warning(
+                    "could not extend the run lock on %s", log_name(thread_key), exc_info=True
+                )
 
     async def holder(self, thread_key: str) -> str | None:
         token = await self.client.get(PREFIX + thread_key)

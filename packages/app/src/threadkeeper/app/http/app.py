@@ -21,7 +21,7 @@ from opentelemetry import trace
 
 from threadkeeper.app.http.auth import BEARER_SCHEME, TokenTable, service_token_guard
 from threadkeeper.app.http.openapi import ClosedStructSchemaPlugin, openapi_config
-from threadkeeper.app.http.ops import MetricsController, live, prometheus_config, ready
+from threadkeeper.app.http.ops import live, metrics, ready
 from threadkeeper.app.http.problems import problem_details_config
 from threadkeeper.app.http.ratelimit import RunRateLimit
 from threadkeeper.app.http.routes import V1_HANDLERS, provide_caller
@@ -97,10 +97,11 @@ class ThreadkeeperHttpPlugin(InitPlugin):
             plugins.insert(at, ClosedStructSchemaPlugin())
 
     def _configure_metrics(self, app_config: AppConfig) -> None:
-        app_config.middleware.append(prometheus_config().middleware)
-        app_config.route_handlers.append(MetricsController)
+        app_config.route_handlers.append(metrics)
         # the server span of each API request (a no-op until a TracerProvider is installed:
-        # threadkeeper.app.telemetry); runs, model and tool calls are its children
+        # threadkeeper.app.telemetry) — runs, model and tool calls are its children — and the
+        # HTTP server metrics (http.server.duration, http.server.active_requests) on the
+        # process's MeterProvider, labelled by route (``name_server_span``), never by path
         app_config.middleware.append(
             OpenTelemetryConfig(
                 exclude=["^/metrics$", "^/health/", "^/schema"],
@@ -129,17 +130,29 @@ def without_path(span: trace.Span, scope: dict[str, Any]) -> None:
         span.set_attribute("http.url", f"{scope.get('scheme', 'http')}://")
 
 
+class _Route:
+    """What the ASGI instrumentation reads a request's route from (Starlette's route shape)."""
+
+    __slots__ = ("path_format",)
+
+    def __init__(self, path_format: str) -> None:
+        self.path_format = path_format
+
+
 def name_server_span(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Name the request's server span by route, not by path, and keep the path's ids out of
     it: ``POST /v1/threads/{thread_id:str}/runs``. The OpenTelemetry middleware starts the span
     before routing; a guard of the ``/v1`` router runs once the route is known (hooks would be
     overridden by a handler's own ``before_request``). Paths hold thread and user ids:
     unbounded cardinality, and user ids are not for traces."""
-    span = trace.get_current_span()
-    if not span.is_recording():
-        return
     template = str(connection.scope.get("path_template") or "")
     if not template:
+        return
+    # the ASGI instrumentation labels its HTTP metrics with ``scope["route"].path_format``
+    # (``http.target``) when there is one, and with no path at all otherwise
+    connection.scope["route"] = _Route(template)  # type: ignore[typeddict-unknown-key]
+    span = trace.get_current_span()
+    if not span.is_recording():
         return
     method = str(connection.scope.get("method", ""))
     span.update_name(f"{method} {template}")

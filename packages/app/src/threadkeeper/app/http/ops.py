@@ -6,16 +6,14 @@ import logging
 
 from litestar import Response, get
 from litestar.enums import MediaType
-from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 
 from threadkeeper.app.http.openapi import ContractOperation, problems
 from threadkeeper.app.http.problems import http_problem
 from threadkeeper.app.http.routes import Service
 from threadkeeper.app.http.schemas import LiveOut, ReadyOut
+from threadkeeper.app.telemetry import metrics_exposition
 
 log = logging.getLogger("threadkeeper.app.http")
-
-METRICS_PREFIX = "threadkeeper_http"
 
 
 @get("/health/live", operation_class=ContractOperation, tags=["ops"])
@@ -49,24 +47,17 @@ async def ready(service: Service) -> ReadyOut:
     return ReadyOut(status="ok", checks=checks)
 
 
-class MetricsController(PrometheusController):
-    """``GET /metrics``: Prometheus text exposition (Litestar's controller, documented as
-    ``text/plain`` rather than its inferred JSON)."""
-
-    path = "/metrics"
-    tags = ["ops"]  # noqa: RUF012 (Litestar's own attribute)
-
-    @get(media_type=MediaType.TEXT, operation_class=ContractOperation, summary="Metrics")
-    async def get(self) -> Response[bytes]:
-        """Prometheus metrics of the HTTP API (requests, durations, in progress)."""
-        response: Response[bytes] = await PrometheusController.get.fn(self)
-        return response
-
-
-def prometheus_config() -> PrometheusConfig:
-    return PrometheusConfig(
-        app_name="threadkeeper",
-        prefix=METRICS_PREFIX,
-        group_path=True,
-        exclude=["^/metrics$", "^/health/"],
-    )
+@get(
+    "/metrics",
+    media_type=MediaType.TEXT,
+    operation_class=ContractOperation,
+    summary="Metrics",
+    tags=["ops"],
+    sync_to_thread=False,
+)
+def metrics() -> Response[bytes]:
+    """Prometheus metrics: OpenTelemetry's Prometheus reader over the process's
+    ``MeterProvider`` — HTTP server, GenAI client and threadkeeper metrics (docs/operations.md
+    lists them) — and prometheus-client's process metrics."""
+    body, content_type = metrics_exposition()
+    return Response(body, media_type=content_type)

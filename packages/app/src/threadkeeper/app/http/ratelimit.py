@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from threadkeeper.app.http.problems import http_problem
+from threadkeeper.app.metrics import count_run
 from threadkeeper.app.service import Caller
 from threadkeeper.domain.ratelimit import InMemoryWindows, RateWindows
 
@@ -40,6 +41,8 @@ class RunRateLimit:
     per_minute: int
     windows: RateWindows = field(default_factory=InMemoryWindows)
     window: float = WINDOW_SECONDS
+    profile: str = ""
+    """For the refusals it counts (``threadkeeper.runs``, status ``rate-limited``)."""
 
     def __post_init__(self) -> None:
         if self.per_minute < 1:
@@ -56,6 +59,7 @@ class RunRateLimit:
         if wait is None:
             return
         retry_after = max(1, math.ceil(wait))
+        count_run(self.profile, "rate-limited", 429)
         raise http_problem(
             429,
             f"More than {self.per_minute} runs per minute for this user; "

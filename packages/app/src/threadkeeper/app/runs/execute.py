@@ -14,19 +14,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessageChunk, HumanMessage
 from opentelemetry.trace import SpanKind
 
 from threadkeeper.app.agent import RunTrace, current_trace
+from threadkeeper.app.metrics import (
+    COLD_STARTS,
+    COMPACTIONS,
+    RUN_DURATION,
+    SUMMARY_FOLDS,
+    TIME_TO_FIRST_TOKEN,
+    WINDOW_TOKENS,
+    count_run,
+)
 from threadkeeper.app.runs.handles import LiveRun
 from threadkeeper.app.runs.outcome import finish
 from threadkeeper.app.runs.remember import MemoryWriter
-from threadkeeper.app.service import Caller, RunEvent, RunFailed, Unavailable, run_failure
+from threadkeeper.app.service import (
+    Caller,
+    RunEvent,
+    RunFailed,
+    Unavailable,
+    problem_spec,
+    run_failure,
+)
 from threadkeeper.app.telemetry import (
     AGENT_NAME,
     GEN_AI_AGENT_NAME,
@@ -37,7 +54,7 @@ from threadkeeper.app.telemetry import (
     tracer,
 )
 from threadkeeper.domain.errors import DomainError, RunTimeout
-from threadkeeper.domain.threads import ThreadRef
+from threadkeeper.domain.threads import ThreadRef, log_name
 from threadkeeper.domain.tokens import TokenCounter, message_text
 
 if TYPE_CHECKING:  # the app is wired with a backend; it never imports one
@@ -78,6 +95,14 @@ class Started:
     given_id: str | None
     deltas: bool = True
     """Whether the answer's deltas are streamed to the caller (``RunRequest.deltas``)."""
+    admitted: float = field(default_factory=time.perf_counter)
+    """When the service was asked for the run (``time.perf_counter``): run duration and time
+    to first token are measured from here."""
+
+
+def mode_of(request: Any) -> str:
+    """``sse`` or ``json``: how a run (``Started`` or ``RunRequest``) answers (metrics)."""
+    return "sse" if request.deltas else "json"
 
 
 class RunExecutor:
@@ -141,6 +166,23 @@ class RunExecutor:
                 if failure is not None:
                     record_failure(span, failure)
 
+    def _count_failure(self, started: Started, failure: DomainError) -> None:
+        """The run in ``threadkeeper.runs`` and ``threadkeeper.run.duration``, by its status:
+        the stored outcome's, or the slug of the problem it failed with. Counted before the
+        caller is answered, so a client that reads ``/metrics`` next sees its run."""
+        spec = problem_spec(failure)
+        status, code = (spec.slug, spec.status) if spec else ("run-failed", 500)
+        self._record(started, status, code)
+
+    def _record(self, started: Started, status: str, code: int) -> None:
+        """``threadkeeper.runs`` and ``threadkeeper.run.duration`` of a run that ended."""
+        mode = mode_of(started)
+        count_run(self.profile, status, code, mode)
+        RUN_DURATION.record(
+            time.perf_counter() - started.admitted,
+            {"profile": self.profile, "status": status, "mode": mode},
+        )
+
     async def execute(self, started: Started, conversation: str | None = None) -> None:
         run, ref, human = started.run, started.ref, started.human
         config = run_config(ref, started.caller)
@@ -158,6 +200,7 @@ class RunExecutor:
                         seed = await self.backend.transcript.seed(ref.key)
                         if seed is not None:  # a cold start, stored with the round
                             await self.agent.aupdate_state(config, seed)
+                        first_token = True
                         async for mode, payload in self.agent.astream(
                             {"messages": [human]},
                             config,
@@ -165,8 +208,18 @@ class RunExecutor:
                             durability="exit",
                         ):
                             event = stream_event(mode, payload)
-                            if event is not None:
-                                await run.queue.put(event)
+                            if event is None:
+                                continue
+                            if event.event == "messages":
+                                if trace.model_call is not None:
+                                    trace.model_call.chunk_seen()
+                                if first_token:
+                                    first_token = False
+                                    TIME_TO_FIRST_TOKEN.record(
+                                        time.perf_counter() - started.admitted,
+                                        {"profile": self.profile},
+                                    )
+                            await run.queue.put(event)
                         state = await self.agent.aget_state(config)
                 except TimeoutError as exc:
                     if deadline.expired():
@@ -186,6 +239,7 @@ class RunExecutor:
                 with tracer().start_as_current_span("threadkeeper.commit", record_exception=False):
                     await round_work.store(finished.record, finished.round, trace.tools)
             outcome = finished.outcome  # stored: nothing from here on turns it into an error
+            self._count_stored(trace, cold_start=seed is not None)
             if outcome.status == "answered":
                 await self.memory.write_or_retry(
                     ref, human, outcome.message.content, run.run_id, started.claim
@@ -194,22 +248,40 @@ class RunExecutor:
             failure: DomainError = RunFailed("the run was cancelled")
             if self.draining():
                 failure = Unavailable("the service is shutting down; nothing was stored")
+            self._count_failure(started, failure)
             run.fail(failure)  # an SSE client still there gets `error`
             raise
         except Exception as exc:
             failure = run_failure(exc)
             if isinstance(failure, RunFailed):
-                log.exception("run %s on %s failed", run.run_id, ref.key)
+                log.exception("run %s on %s failed", run.run_id, log_name(ref.key))
             else:
-                log.warning("run %s on %s: %s", run.run_id, ref.key, failure)
+                log.warning("run %s on %s: %s", run.run_id, log_name(ref.key), failure)
             outcome = None
+            self._count_failure(started, failure)
             run.fail(failure)
         finally:
             with contextlib.suppress(Exception):
                 await started.hold.__aexit__(None, None, None)  # released before `end` is sent
             if outcome is not None:
+                self._record(started, outcome.status, 200)
                 run.succeed(outcome)
             run.close()
+
+    def _count_stored(self, trace: RunTrace, *, cold_start: bool) -> None:
+        """What a stored round did: its windows' tokens before and after trimming, its folds
+        and compactions, a cold start."""
+        profile = {"profile": self.profile}
+        for window in trace.windows:
+            WINDOW_TOKENS.record(window.tokens, {**profile, "stage": "after_trim"})
+            if window.before_trim is not None:
+                WINDOW_TOKENS.record(window.before_trim, {**profile, "stage": "before_trim"})
+        if folds := trace.events.get("summary_fold"):
+            SUMMARY_FOLDS.add(folds, profile)
+        if compactions := trace.events.get("compaction"):
+            COMPACTIONS.add(compactions, profile)
+        if cold_start:
+            COLD_STARTS.add(1, profile)
 
 
 def stream_event(mode: str, payload: Any) -> RunEvent | None:

@@ -16,7 +16,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.store.base import BaseStore
 
 from threadkeeper.app.memory import MemoryExtractor
-from threadkeeper.app.metrics import MEMORY_WRITE_FAILURES, count_refusals
+from threadkeeper.app.metrics import MEMORY_WRITE_FAILURES, count_memory_writes, count_refusals
 from threadkeeper.app.runs.outcome import now
 from threadkeeper.app.stored import load_memory
 from threadkeeper.domain.extraction import RoundText
@@ -47,7 +47,9 @@ class MemoryWriter:
         fences: RunFences,
         extractor: MemoryExtractor,
         rules: MemoryRules,
+        profile: str = "",
     ) -> None:
+        self.profile = profile
         self.store = store
         self.fences = fences
         self.extractor = extractor
@@ -73,16 +75,16 @@ class MemoryWriter:
         await asyncio.sleep(MEMORY_RETRY_DELAY_SECONDS)
         try:
             if not await self.fences.holds(ref.key, claim):
-                MEMORY_WRITE_FAILURES.labels(outcome="lost").inc()
+                MEMORY_WRITE_FAILURES.add(1, {"outcome": "lost"})
                 log.warning("memory of run %s not retried: the thread was claimed since", run_id)
                 return
             async with asyncio.timeout(MEMORY_WRITE_SECONDS):
                 await self.write(ref, human, answer)
         except Exception:
-            MEMORY_WRITE_FAILURES.labels(outcome="lost").inc()
+            MEMORY_WRITE_FAILURES.add(1, {"outcome": "lost"})
             log.error("memory write after run %s failed again; not kept", run_id, exc_info=True)
         else:
-            MEMORY_WRITE_FAILURES.labels(outcome="retried").inc()
+            MEMORY_WRITE_FAILURES.add(1, {"outcome": "retried"})
 
     async def write(self, ref: ThreadRef, human: HumanMessage, answer: str) -> None:
         existing = [
@@ -125,3 +127,7 @@ class MemoryWriter:
             )
         for kind, key in plan.deletes:
             await self.store.adelete(memory_namespace(ref.tenant_id, ref.user_id, kind), key)
+        written: dict[str, int] = {}
+        for item in plan.puts:
+            written[item.kind.value] = written.get(item.kind.value, 0) + 1
+        count_memory_writes(written, self.profile)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import HumanMessage
 
 from threadkeeper.app.memory import MemoryExtractor, RuleExtractor
-from threadkeeper.app.runs.execute import RunExecutor, Started, run_config
+from threadkeeper.app.metrics import LOCK_WAIT, count_run
+from threadkeeper.app.runs.execute import RunExecutor, Started, mode_of, run_config
 from threadkeeper.app.runs.handles import CompletedRun, LiveRun
 from threadkeeper.app.runs.outcome import now
 from threadkeeper.app.runs.remember import MemoryWriter
@@ -27,11 +29,12 @@ from threadkeeper.app.service import (
     MessageTooLong,
     RunRequest,
     Unavailable,
+    problem_spec,
     stored_result,
 )
 from threadkeeper.app.stored import StoredThreads
 from threadkeeper.app.telemetry import ConversationIds
-from threadkeeper.domain.errors import MessageTooLarge
+from threadkeeper.domain.errors import DomainError, MessageTooLarge, ThreadBusy
 from threadkeeper.domain.memory import MemoryRules
 from threadkeeper.domain.retention import ErasureReceipt
 from threadkeeper.domain.runs import IdempotencyMismatch
@@ -72,8 +75,9 @@ class RunService:
         self.scope = scope
         self.threads = StoredThreads(backend, scope)
         self.memory_writer = MemoryWriter(
-            backend.store, backend.fences, extractor or RuleExtractor(), rules
+            backend.store, backend.fences, extractor or RuleExtractor(), rules, profile
         )
+        self.profile = profile
         self.executor = RunExecutor(
             agent=agent,
             backend=backend,
@@ -100,6 +104,19 @@ class RunService:
     async def start_run(
         self, caller: Caller, thread_id: str, request: RunRequest
     ) -> CompletedRun | LiveRun:
+        """Admit a run (or answer a retry of a completed one); a refusal is counted
+        (``threadkeeper.runs`` by the problem's slug) and raised."""
+        try:
+            return await self._start_run(caller, thread_id, request, time.perf_counter())
+        except DomainError as exc:
+            spec = problem_spec(exc)
+            if spec is not None:
+                count_run(self.profile, spec.slug, spec.status, mode_of(request))
+            raise
+
+    async def _start_run(
+        self, caller: Caller, thread_id: str, request: RunRequest, admitted: float
+    ) -> CompletedRun | LiveRun:
         if self._draining:
             raise Unavailable("the service is shutting down; retry on another replica")
         ref = self.threads.ref(caller, thread_id)
@@ -109,6 +126,7 @@ class RunService:
             raise MessageTooLong(size, MAX_MESSAGE_BYTES)
         run_id = request.run_id or str(uuid.uuid4())
         if request.run_id is not None and (done := await self._completed(ref, request)):
+            count_run(self.profile, "replayed", 200, mode_of(request))
             return done  # a retry of a completed run: its stored answer, no new run
         human = HumanMessage(
             content,
@@ -120,16 +138,25 @@ class RunService:
             raise MessageTooLarge(tokens, self.budget)
 
         hold = self.backend.lock.hold(ref.key, run_id, tenant_id=ref.tenant_id, user_id=ref.user_id)
-        claim = await hold.__aenter__()  # ThreadBusy propagates: nothing was stored
+        waited = time.perf_counter()
+        try:
+            claim = await hold.__aenter__()  # ThreadBusy propagates: nothing was stored
+        except ThreadBusy:
+            LOCK_WAIT.record(
+                time.perf_counter() - waited, {"profile": self.profile, "outcome": "busy"}
+            )
+            raise
+        LOCK_WAIT.record(time.perf_counter() - waited, {"profile": self.profile, "outcome": "held"})
         try:
             if request.run_id is not None and (done := await self._completed(ref, request)):
                 await hold.__aexit__(None, None, None)
+                count_run(self.profile, "replayed", 200, mode_of(request))
                 return done  # it completed while this retry waited for the thread
             if request.message.id is not None:
                 await self._refuse_duplicate(ref, caller, request.message.id)
             run = LiveRun(run_id)
             started = Started(
-                run, hold, claim, ref, caller, human, request.message.id, request.deltas
+                run, hold, claim, ref, caller, human, request.message.id, request.deltas, admitted
             )
             task = asyncio.create_task(self.executor.traced(started))
             run.task = task
