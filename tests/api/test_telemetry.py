@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -204,6 +205,7 @@ async def test_a_run_past_its_deadline_is_504_and_counted(
     assert response.status_code == 504, response.text
     assert timeouts.added == 1
     assert durations.added == 1
+
     def failed() -> list[ReadableSpan]:  # the span ends once the thread is released
         return [
             s
@@ -309,3 +311,32 @@ async def test_no_thread_key_user_id_or_content_leaves_the_process(
     for record in service_records(caplog):
         assert SECRET not in record.getMessage(), record.name
     assert TENANT  # tenants may be named (they are the operator's customers, not people)
+
+
+async def test_deletions_and_erasures_are_counted(
+    make_app: AppFactory, auth: dict[str, str]
+) -> None:
+    requested = Delta("threadkeeper.deletions", reason="request")
+    erased = Delta("threadkeeper.deletions", reason="erasure")
+    retention = Delta("threadkeeper.deletions", reason="retention")
+    erasures = Delta("threadkeeper.erasures")
+    user = f"erased-{uuid.uuid4().hex[:8]}"
+    app = make_app(retention_days=30, retention_sweep_minutes=60)
+    async with AsyncTestClient(app, timeout=60) as client:
+        client.headers.update({**auth, "X-User-Id": user})
+        for name in ("a", "b", "c", "d"):
+            await run(client, name, QUESTIONS[0])
+        assert (await client.delete("/v1/threads/a")).status_code == 204
+        assert (await client.delete("/v1/threads/a")).status_code == 204  # gone: not counted
+        sweeper = app.state.sweeper
+        sweeper.older_than = timedelta(0)
+        swept = await asyncio.to_thread(client.blocking_portal.call, sweeper.run_once)
+        assert swept.deleted.threads >= 3  # b, c, d (and any other idle thread)
+        sweeper.older_than = timedelta(days=30)
+        await run(client, "e", QUESTIONS[0])
+        await run(client, "f", QUESTIONS[0])
+        assert (await client.delete(f"/v1/users/{user}")).status_code == 200
+    assert requested.added == 1
+    assert retention.added == swept.deleted.threads
+    assert erased.added == 2
+    assert erasures.added == 1

@@ -158,6 +158,15 @@ ERASURES = _meter.create_counter(
 )
 
 
+def metrics_exposition() -> tuple[bytes, str]:
+    """``GET /metrics``: the Prometheus text of the process's registry (OpenTelemetry's
+    Prometheus reader collects the provider's metrics into it, beside prometheus-client's
+    process and platform collectors) and its content type."""
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
 def count_refusals(refused: Mapping[str, int]) -> None:
     """Add a write plan's refusal counts (``personal_data:health``, ``too_long``, …)."""
     for reason, count in refused.items():

@@ -12,6 +12,7 @@ from functools import cache
 from typing import Any, Literal, NamedTuple, Protocol
 
 import msgspec
+from langgraph.errors import GraphRecursionError
 
 from threadkeeper.domain.errors import (
     AtCapacity,
@@ -193,6 +194,8 @@ def run_failure(exc: Exception) -> DomainError:
     says so)."""
     if isinstance(exc, DomainError):
         return exc
+    if isinstance(exc, GraphRecursionError):  # past the run's step limit (MAX_MODEL_CALLS)
+        return RunFailed("the run kept calling tools past its step limit; nothing was stored")
     if storage_unreachable(exc):
         return Unavailable("a storage backend is unreachable; nothing was stored")
     return RunFailed(f"the run failed: {type(exc).__name__}")

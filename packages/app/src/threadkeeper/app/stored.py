@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import msgspec
 from langchain_core.messages import BaseMessage
 
+from threadkeeper.app.metrics import DELETIONS, ERASURES
 from threadkeeper.app.service import Caller, MemoryEntry, MemoryView
 from threadkeeper.domain import transcript as paging
 from threadkeeper.domain.errors import UnknownThread
@@ -200,7 +201,9 @@ class StoredThreads:
         return RetentionPreview(keys, await self.backend.retention.would_delete(keys))
 
     async def delete_thread(self, caller: Caller, thread_id: str) -> None:
-        await self.backend.retention.delete_thread(self.ref(caller, thread_id).key)
+        receipt = await self.backend.retention.delete_thread(self.ref(caller, thread_id).key)
+        if receipt.threads:
+            DELETIONS.add(receipt.threads, {"reason": "request"})
 
     async def add_feedback(
         self, caller: Caller, thread_id: str, run_id: str, score: int, comment: str | None
@@ -224,7 +227,11 @@ class StoredThreads:
         return await self.backend.retention.reset_memory(caller.tenant_id, caller.user_id)
 
     async def erase_user(self, caller: Caller) -> ErasureReceipt:
-        return await self.backend.retention.erase_user(caller.tenant_id, caller.user_id)
+        receipt = await self.backend.retention.erase_user(caller.tenant_id, caller.user_id)
+        ERASURES.add(1)
+        if receipt.threads:
+            DELETIONS.add(receipt.threads, {"reason": "erasure"})
+        return receipt
 
     async def ready(self) -> dict[str, str]:
         return await self.backend.health()

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from threadkeeper.app.metrics import DELETIONS
 from threadkeeper.domain.retention import Sweepable, SweepReport, sweep
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ class RetentionSweeper:
         )
         self.reports = [*self.reports[-9:], report]
         if report.deleted.threads:
+            DELETIONS.add(report.deleted.threads, {"reason": "retention"})
             log.info(
                 "retention: deleted %d threads (%d messages) idle since before %s",
                 report.deleted.threads,

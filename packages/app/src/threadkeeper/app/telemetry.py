@@ -241,15 +241,6 @@ def configure_metrics(profile: str = "", readers: Sequence[Any] = ()) -> Any:
     return provider
 
 
-def metrics_exposition() -> tuple[bytes, str]:
-    """``GET /metrics``: the Prometheus text of the process's registry (OpenTelemetry's
-    Prometheus reader collects the provider's metrics into it, beside prometheus-client's
-    process and platform collectors) and its content type."""
-    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
-
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
-
-
 def model_name(model: BaseChatModel) -> str:
     for attribute in ("model_name", "model", "model_id"):
         value = getattr(model, attribute, None)

@@ -11,7 +11,7 @@ from threadkeeper.app.http.openapi import ContractOperation, problems
 from threadkeeper.app.http.problems import http_problem
 from threadkeeper.app.http.routes import Service
 from threadkeeper.app.http.schemas import LiveOut, ReadyOut
-from threadkeeper.app.telemetry import metrics_exposition
+from threadkeeper.app.metrics import metrics_exposition
 
 log = logging.getLogger("threadkeeper.app.http")
 

@@ -69,16 +69,29 @@ CUSTOM_ONLY = ["custom"]
 token is an object, a callback and a merge each)."""
 
 
+MAX_MODEL_CALLS = 8
+"""Model calls one run may make (each tool step is one more). A run that keeps asking for
+tools — a model that loops, or a budget too small to show the result it asked for — fails
+(``RunFailed``) at this bound instead of making calls until LangGraph's default recursion
+limit (~10,000 steps, each one a paid call with a real model)."""
+RECURSION_LIMIT = 4 * MAX_MODEL_CALLS + 1
+"""The graph steps of ``MAX_MODEL_CALLS`` model calls on the longest pipeline: per call the
+history hook before the model (``compact``), the model, the answer's stamp after it and the
+tools; one step before the agent. A pipeline without a hook node before the model gets up to
+a third more calls."""
+
+
 def run_config(ref: ThreadRef, caller: Caller) -> dict[str, Any]:
     """The graph's config for a run on ``ref`` (the checkpoints' thread is its key)."""
     return {
+        "recursion_limit": RECURSION_LIMIT,
         "configurable": {
             "thread_id": ref.key,
             "tenant_id": ref.tenant_id,
             "user_id": ref.user_id,
             "locale": caller.locale or "",
             "thread": ref.thread_id,
-        }
+        },
     }
 
 
