@@ -119,3 +119,116 @@ async def test_database_spans_under_the_run_without_values(
     exported = json.dumps([json.loads(s.to_json()) for s in spans])
     assert SECRET not in exported
     assert "dental" not in json.dumps([json.loads(s.to_json()) for s in database])
+
+
+@pytest.fixture
+def own() -> Iterator[InMemorySpanExporter]:
+    """The instrumentations on a provider of the test's own (not the global one)."""
+    instrumentation.uninstrument_storage()
+    exporter = InMemorySpanExporter()
+    sdk = TracerProvider()
+    sdk.add_span_processor(SimpleSpanProcessor(exporter))
+    assert instrumentation.instrument_storage(sdk)
+    yield exporter
+    instrumentation.uninstrument_storage()
+
+
+def search(exporter: InMemorySpanExporter, *secrets: str) -> list[ReadableSpan]:
+    spans = list(exporter.get_finished_spans())
+    assert spans
+    exported = json.dumps([json.loads(s.to_json()) for s in spans])
+    for secret in secrets:
+        assert secret not in exported
+    return spans
+
+
+def test_no_sdk_provider_installs_nothing() -> None:
+    import psycopg
+    import redis.asyncio
+
+    instrumentation.uninstrument_storage()
+    assert not instrumentation.instrument_storage(trace.NoOpTracerProvider())
+    assert not hasattr(psycopg.AsyncConnection.connect, "__wrapped__")
+    assert not hasattr(redis.asyncio.Redis.execute_command, "__wrapped__")
+    assert instrumentation.instrument_backend(object()) == ()
+
+
+@pytest.mark.integration
+async def test_a_postgres_failure_is_its_type(own: InMemorySpanExporter) -> None:
+    """A unique violation's message quotes the key (``DETAIL: Key (k)=(…) already exists``):
+    the span says ``UniqueViolation``, nothing more."""
+    import psycopg
+
+    with fresh_schema(migrate=False) as url:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute("CREATE TEMPORARY TABLE t (k text PRIMARY KEY)")
+            await conn.execute("INSERT INTO t VALUES (%s)", (SECRET,))
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                await conn.execute("INSERT INTO t VALUES (%s)", (SECRET,))
+    (failed,) = [s for s in search(own, SECRET) if s.status.status_code is trace.StatusCode.ERROR]
+    assert failed.status.description == "UniqueViolation"
+    assert [dict(e.attributes or {}) for e in failed.events] == [
+        {"exception.type": "UniqueViolation"}
+    ]
+    assert (failed.attributes or {})["db.statement"] == "INSERT INTO t VALUES (%s)"
+
+
+@pytest.mark.integration
+async def test_a_mysql_failure_is_its_type(own: InMemorySpanExporter) -> None:
+    """MySQL's duplicate-key message quotes the value (``Duplicate entry '…'``)."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import IntegrityError
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from threadkeeper.adapters.redis_mysql.backend import mysql_url
+
+    with fresh_database(migrate=False) as url:
+        engine = create_async_engine(mysql_url(url))
+        assert instrumentation.instrument_engine(engine)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(text("CREATE TABLE t (k VARCHAR(64) PRIMARY KEY)"))
+                await conn.execute(text("INSERT INTO t VALUES (:k)"), {"k": SECRET})
+            with pytest.raises(IntegrityError):
+                async with engine.begin() as conn:
+                    await conn.execute(text("INSERT INTO t VALUES (:k)"), {"k": SECRET})
+        finally:
+            await engine.dispose()
+    (failed,) = [s for s in search(own, SECRET) if s.status.status_code is trace.StatusCode.ERROR]
+    assert failed.status.description == "IntegrityError"
+    assert [dict(e.attributes or {}) for e in failed.events] == [
+        {"exception.type": "IntegrityError"}
+    ]
+    assert (failed.attributes or {})["db.statement"] == "INSERT INTO t VALUES (%s)"
+
+
+@pytest.mark.integration
+def test_redis_search_keeps_neither_query_nor_documents(own: InMemorySpanExporter) -> None:
+    """The instrumentation records a sync ``FT.SEARCH``'s query (``redis.search.query``) and
+    each document found (``redis.search.xdoc_{key}.{field}``): all dropped."""
+    import redis
+
+    word = SECRET.replace("-", "")
+    with private_redis() as server:
+        client = redis.Redis.from_url(server.url)
+        try:
+            client.execute_command(
+                "FT.CREATE", "idx", "ON", "HASH", "PREFIX", "1", "doc:", "SCHEMA", "body", "TEXT"
+            )
+            client.hset(f"doc:{word}", mapping={"body": word})
+            pipe = client.pipeline()
+            pipe.set(f"k:{word}", word)
+            pipe.get(f"k:{word}")
+            pipe.execute()
+            # the instrumentation's own parsing of a RESP3 reply (a map) would raise KeyError
+            # here: the redacted span keeps it from running
+            found = client.execute_command("FT.SEARCH", "idx", word)
+            assert (found[b"total_results"] if isinstance(found, dict) else found[0]) == 1
+        finally:
+            client.close()
+    spans = search(own, word)
+    names = [s.name for s in spans]
+    assert "redis.search" in names
+    assert "SET GET" in names  # the pipeline: its commands' names
+    for span in spans:
+        assert set(span.attributes or {}) <= instrumentation.ALLOWED

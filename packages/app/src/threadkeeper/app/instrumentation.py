@@ -86,8 +86,11 @@ class RedactedSpan(Span):
         self._failure: str | None = None
 
     @property
-    def name(self) -> str:  # the redis instrumentation reads it
-        return str(getattr(self._span, "name", ""))
+    def name(self) -> str:
+        """Empty: only the redis instrumentation reads it, to decide whether to add the
+        ``FT.CREATE`` / ``FT.SEARCH`` attributes — dropped anyway, and its parsing of a RESP3
+        ``FT.SEARCH`` reply (a map) raises ``KeyError`` into the caller's command."""
+        return ""
 
     def _value(self, key: str, value: types.AnyValue) -> types.AnyValue:
         if self._redis and key in STATEMENTS and isinstance(value, str):
