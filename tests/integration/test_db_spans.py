@@ -232,3 +232,19 @@ def test_redis_search_keeps_neither_query_nor_documents(own: InMemorySpanExporte
     assert "SET GET" in names  # the pipeline: its commands' names
     for span in spans:
         assert set(span.attributes or {}) <= instrumentation.ALLOWED
+
+
+def test_the_standard_variable_leaves_instrumentations_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    import psycopg
+    import redis.asyncio
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    instrumentation.uninstrument_storage()
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "psycopg, sqlalchemy")
+    try:
+        assert instrumentation.instrument_storage(TracerProvider())
+        assert not hasattr(psycopg.AsyncConnection.connect, "__wrapped__")
+        assert hasattr(redis.asyncio.Redis.execute_command, "__wrapped__")
+        assert not instrumentation.instrument_engine(create_async_engine("sqlite+aiosqlite://"))
+    finally:
+        instrumentation.uninstrument_storage()

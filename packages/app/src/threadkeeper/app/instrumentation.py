@@ -2,7 +2,9 @@
 text but never its parameters, and nothing of a Redis command but its name.
 
 Installed only when tracing is on (an SDK ``TracerProvider``: the global one, or the one
-given); without one nothing is patched and nothing is paid. Per profile:
+given); without one nothing is patched and nothing is paid.
+``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` (``psycopg``, ``redis``, ``sqlalchemy``, or ``*``)
+leaves some or all of them out. Per profile:
 
 - postgres: ``PsycopgInstrumentor`` (process-wide, before the pool opens: it patches
   ``AsyncConnection.connect``, so a connection opened earlier is not traced). It covers the
@@ -31,6 +33,7 @@ the caller's context (SQLAlchemy's greenlet carries the asyncio task's context).
 from __future__ import annotations
 
 import contextlib
+import os
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -248,6 +251,17 @@ def _sdk_provider(provider: trace.TracerProvider | None) -> trace.TracerProvider
     return provider
 
 
+DISABLED = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
+"""The standard variable: a comma-separated list of instrumentations (``psycopg``, ``redis``,
+``sqlalchemy``) not to install, or ``*`` for none of them."""
+
+
+def disabled(name: str) -> bool:
+    """Whether ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` turns instrumentation ``name`` off."""
+    names = {n.strip() for n in os.environ.get(DISABLED, "").split(",")}
+    return name in names or "*" in names
+
+
 def instrument_storage(tracer_provider: trace.TracerProvider | None = None) -> bool:
     """Install the process-wide database instrumentations (psycopg, redis) on
     ``tracer_provider`` (default: the global one), if it is an SDK provider; whether they are
@@ -259,20 +273,22 @@ def instrument_storage(tracer_provider: trace.TracerProvider | None = None) -> b
     provider = _sdk_provider(tracer_provider)
     if provider is None:
         return False
-    with contextlib.suppress(ImportError):  # the postgres extra
-        from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+    if not disabled("psycopg"):
+        with contextlib.suppress(ImportError):  # the postgres extra
+            from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 
-        PsycopgInstrumentor().instrument(
-            tracer_provider=RedactingTracerProvider(provider),
-            enable_commenter=False,
-            capture_parameters=False,
-        )
-    with contextlib.suppress(ImportError):  # the redis-mysql extra
-        from opentelemetry.instrumentation.redis import RedisInstrumentor
+            PsycopgInstrumentor().instrument(
+                tracer_provider=RedactingTracerProvider(provider),
+                enable_commenter=False,
+                capture_parameters=False,
+            )
+    if not disabled("redis"):
+        with contextlib.suppress(ImportError):  # the redis-mysql extra
+            from opentelemetry.instrumentation.redis import RedisInstrumentor
 
-        RedisInstrumentor().instrument(
-            tracer_provider=RedactingTracerProvider(provider, redis=True)
-        )
+            RedisInstrumentor().instrument(
+                tracer_provider=RedactingTracerProvider(provider, redis=True)
+            )
     _provider = provider
     return True
 
@@ -289,7 +305,7 @@ def instrument_engine(engine: Any) -> bool:
     """SQLAlchemy spans for ``engine`` (an ``AsyncEngine`` or an ``Engine``), once
     ``instrument_storage`` has installed the instrumentations; whether it is traced now. An
     engine whose driver psycopg traces already is left alone (one span per statement)."""
-    if _provider is None:
+    if _provider is None or disabled("sqlalchemy"):
         return False
     from opentelemetry import metrics
     from opentelemetry.instrumentation.sqlalchemy.engine import EngineTracer
