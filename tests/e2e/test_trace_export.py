@@ -94,3 +94,5 @@ def test_the_server_exports_a_runs_spans(collector: str, tmp_path: Path) -> None
     assert "POST /v1/threads/{thread_id}/runs" in names
     assert any(name.startswith("chat ") for name in names)
     assert "threadkeeper.retrieve" in names
+    # the database spans (SQLAlchemy on the embedded profile's engine): serve installs them
+    assert any(name.startswith("INSERT ") for name in names), names

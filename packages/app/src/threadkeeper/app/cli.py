@@ -234,16 +234,22 @@ class _Stderr:
 
 @contextlib.contextmanager
 def serve_logging(level: str, settings: Settings) -> Iterator[None]:
-    """Route every logger through one handler on standard error in ``LOG_FORMAT``:
+    """Route every logger through one handler on standard error in ``LOG_FORMAT`` (or one
+    JSON object per line: ``THREADKEEPER_LOG_FORMAT=json``, ``app.logs``):
     threadkeeper's and uvicorn's at ``level``, other libraries' at WARNING (unless
     ``level`` is debug or trace). Undone afterwards (``serve`` may run inside a test)."""
     from uvicorn.config import LOG_LEVELS
 
     numeric = LOG_LEVELS[level]
     libraries = numeric if numeric < logging.INFO else max(numeric, THIRD_PARTY_LOG_LEVEL)
+    from threadkeeper.app.logs import JsonFormatter, TraceIds
+
     handler = logging.StreamHandler(_Stderr())
-    handler.setFormatter(LogFormatter(secrets_of(settings)))
+    json_lines = settings.log_format == "json"
+    secrets = secrets_of(settings)
+    handler.setFormatter(JsonFormatter(secrets) if json_lines else LogFormatter(secrets))
     handler.addFilter(_LibraryLevel(libraries))
+    handler.addFilter(TraceIds())  # each record's trace_id and span_id
     root = logging.getLogger()
     own = [*OWN_LOGGERS, "uvicorn", "uvicorn.error", "uvicorn.access"]
     loggers = [logging.getLogger(name) for name in own]

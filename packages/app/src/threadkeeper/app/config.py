@@ -72,6 +72,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     trace_id_key: str | None = None
     """The key of the HMAC that names a thread in traces (``gen_ai.conversation.id``): the
     same on every replica, secret like a token. Unset: traces carry no conversation id."""
+    log_format: Literal["text", "json"] = "text"
+    """``serve``'s log lines: text (``LOG_FORMAT``), or one JSON object per line with the
+    record's ``trace_id`` and ``span_id`` (``app.logs``)."""
 
     def __post_init__(self) -> None:
         try:

@@ -21,8 +21,12 @@ async def backend_resource(settings: Settings, *, exclusive: bool = True) -> Asy
     """The profile's backend, opened for as long as the generator runs (a ``Resource``). A
     schema that is missing or behind is a configuration error (``threadkeeper migrate``).
     ``exclusive=False``: beside a running server (commands that only read)."""
+    from threadkeeper.app.instrumentation import instrument_backend, instrument_storage
+
+    instrument_storage()  # database spans when tracing is on (before any connection opens)
     try:
         async with profile(settings.profile).open(settings.storage, exclusive=exclusive) as backend:
+            instrument_backend(backend)
             yield backend
     except SchemaNotReady as exc:
         raise ConfigError(str(exc)) from exc

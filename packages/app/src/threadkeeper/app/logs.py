@@ -1,0 +1,64 @@
+"""``serve``'s log records with the trace they belong to, and the JSON log format.
+
+``TraceIds`` gives every record through ``serve``'s handler the ids of the span current where
+it was logged (``trace_id``: 32 hex digits, ``span_id``: 16; ``None`` outside a span) — the
+same ids the exported spans carry, so a line leads to its trace. ``THREADKEEPER_LOG_FORMAT=json``
+writes each record as one JSON object on one line (``JsonFormatter``): ``time``, ``level``,
+``logger``, ``message``, ``trace_id`` / ``span_id`` inside a span, ``exception_type`` for a
+record with an exception — its type only: neither its message nor the traceback, which can
+quote a value (a driver's duplicate key) or message content. Credentials of the settings are
+masked as in the text format.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from opentelemetry import trace
+
+from threadkeeper.app.config import redact
+
+
+class TraceIds(logging.Filter):
+    """Sets ``record.trace_id`` and ``record.span_id`` from the current span (``None``
+    outside one). A filter on the handler: records reaching only other handlers are left as
+    they are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            record.trace_id = trace.format_trace_id(context.trace_id)
+            record.span_id = trace.format_span_id(context.span_id)
+        else:
+            record.trace_id = record.span_id = None
+        return True
+
+
+def _logger(record: logging.LogRecord) -> str:
+    return "uvicorn" if record.name == "uvicorn.error" else record.name  # as the text format
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line (see the module docstring)."""
+
+    def __init__(self, secrets: set[str]) -> None:
+        super().__init__()
+        self.secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": _logger(record),
+            "message": redact(record.getMessage(), self.secrets),
+        }
+        trace_id = getattr(record, "trace_id", None)
+        if trace_id:
+            line["trace_id"] = trace_id
+            line["span_id"] = getattr(record, "span_id", None)
+        if record.exc_info and record.exc_info[0] is not None:
+            line["exception_type"] = record.exc_info[0].__name__
+        return json.dumps(line, ensure_ascii=False)
