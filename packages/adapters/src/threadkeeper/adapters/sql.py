@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -435,6 +435,19 @@ async def decode_record(conn: AsyncConnection, row: Any) -> RunRecord:
     )
 
 
+def _feedback_of(row: Any) -> Feedback:
+    """A ``tk_feedback`` row (a mapping) read back."""
+    return Feedback(
+        run_id=row["run_id"],
+        thread_key=row["thread_key"],
+        tenant_id=row["tenant_id"],
+        user_id=row["user_id"],
+        score=row["score"],
+        comment=row["comment"],
+        at=_aware(row["at"]),
+    )
+
+
 async def check_claim(conn: AsyncConnection, thread_key: str, token: str) -> None:
     """In the round's transaction: the thread's claim must still be ``token``, and stays so
     until the transaction ends (the row is locked where the database can).
@@ -759,6 +772,20 @@ class SqlRunRecords(SqlAccess, RunRecords):
             rows = (await conn.execute(query)).all()
         return [(r[0], r[1], r[2], _aware(r[3])) for r in rows]
 
+    async def feedback_of(self, runs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Feedback]:
+        """One query on the primary key's columns (each list ``IN``; the pairs picked here)."""
+        if not runs:
+            return {}
+        wanted = set(runs)
+        query = select(feedback).where(
+            feedback.c.thread_key.in_(sorted({k for k, _ in wanted})),
+            feedback.c.run_id.in_(sorted({r for _, r in wanted})),
+        )
+        async with self.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        found = (_feedback_of(row) for row in rows)
+        return {(f.thread_key, f.run_id): f for f in found if (f.thread_key, f.run_id) in wanted}
+
     async def feedback_count(self, thread_key: str) -> int:
         query = (
             select(func.count()).select_from(feedback).where(feedback.c.thread_key == thread_key)
@@ -774,18 +801,7 @@ class SqlRunRecords(SqlAccess, RunRecords):
         )
         async with self.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
-        return [
-            Feedback(
-                run_id=row["run_id"],
-                thread_key=row["thread_key"],
-                tenant_id=row["tenant_id"],
-                user_id=row["user_id"],
-                score=row["score"],
-                comment=row["comment"],
-                at=_aware(row["at"]),
-            )
-            for row in rows
-        ]
+        return [_feedback_of(row) for row in rows]
 
     async def user_threads(self, tenant_id: str, user_id: str) -> list[str]:
         query = (

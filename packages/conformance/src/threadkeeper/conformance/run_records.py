@@ -18,7 +18,7 @@ from threadkeeper.domain.runs import (
     RunRecords,
     UnknownRun,
     cursor_of,
-    records_since,
+    record_pages,
 )
 
 AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -381,7 +381,26 @@ class RunRecordsConformance:
             after = cursor_of(page[-1])
         assert [len(p) for p in pages] == [3, 3, 1]
         assert [r for p in pages for r in p] == whole
-        assert [r async for r in records_since(records, AT, tenant_id=mine, page=2)] == whole
+        pages = [p async for p in record_pages(records, AT, tenant_id=mine, page=2)]
+        assert [len(p) for p in pages] == [2, 2, 2, 1]
+        assert [r for p in pages for r in p] == whole
+        assert [len(p) async for p in record_pages(records, AT, tenant_id=mine, page=7)] == [7]
+        assert [p async for p in record_pages(records, AT, tenant_id=tenant())] == []
+
+    async def test_feedback_of_a_page_of_runs_by_run(self, records: RunRecords) -> None:
+        """Runs with no feedback and runs not stored are left out; a replaced one is the
+        newest."""
+        mine = tenant()
+        rated, unrated, same_id = at(0, tenant=mine), at(1, tenant=mine), at(2, tenant=mine)
+        same_id = msgspec.structs.replace(same_id, run_id=rated.run_id)  # another thread
+        for item in (rated, unrated, same_id):
+            await records.save(item)
+        await records.add_feedback(feedback(rated, 1))
+        newest = feedback(rated, -1, at=AT + timedelta(minutes=5))
+        await records.add_feedback(newest)
+        runs = [(r.thread_key, r.run_id) for r in (rated, unrated, same_id)]
+        assert await records.feedback_of([*runs, (f"{mine}:u1:none", "nope")]) == {runs[0]: newest}
+        assert await records.feedback_of([]) == {}
 
     async def test_since_never_lists_deleted_threads_or_erased_users(
         self, records: RunRecords

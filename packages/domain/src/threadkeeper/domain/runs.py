@@ -197,6 +197,11 @@ class RunRecords(ABC):
         """
 
     @abstractmethod
+    async def feedback_of(self, runs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Feedback]:
+        """The feedback on each of ``runs`` (``(thread_key, run_id)``) that has some, by run
+        (one page of ``since``: export)."""
+
+    @abstractmethod
     async def feedback_count(self, thread_key: str) -> int:
         """How many feedback items the thread has (what deleting it deletes)."""
 
@@ -243,20 +248,21 @@ class RunRecords(ABC):
         return 0
 
 
-async def records_since(
+async def record_pages(
     runs: RunRecords,
     cutoff: datetime,
     *,
     tenant_id: str | None = None,
     page: int = EXPORT_PAGE,
-) -> AsyncIterator[RunRecord]:
-    """Every record stored at or after ``cutoff``, oldest first, read a page at a time (at
-    most ``page`` records are held): a page shorter than ``page`` is the last one."""
+) -> AsyncIterator[list[RunRecord]]:
+    """Every record stored at or after ``cutoff``, oldest first, a page (one ``since``) at a
+    time: at most ``page`` records are held. A page shorter than ``page`` is the last one
+    (so ``N`` records take ``N // page + 1`` reads); an empty one is not yielded."""
     after: RunCursor | None = None
     while True:
         records = await runs.since(cutoff, tenant_id=tenant_id, after=after, limit=page)
-        for record in records:
-            yield record
+        if records:
+            yield records
         if len(records) < page:
             return
         after = cursor_of(records[-1])
@@ -313,6 +319,9 @@ class InMemoryRunRecords(RunRecords):
         if (feedback.thread_key, feedback.run_id) not in self._runs:
             raise UnknownRun(feedback.run_id)
         self._feedback[(feedback.thread_key, feedback.run_id)] = feedback
+
+    async def feedback_of(self, runs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Feedback]:
+        return {run: self._feedback[run] for run in runs if run in self._feedback}
 
     async def feedback_count(self, thread_key: str) -> int:
         return sum(1 for key in self._feedback if key[0] == thread_key)
