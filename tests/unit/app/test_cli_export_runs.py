@@ -88,6 +88,7 @@ def test_export_runs_writes_each_run_with_its_windows_answer_and_feedback(
     assert OTHER_USER not in text
     assert "user_id" not in exported[0]
     assert exported[0]["user"] == exported[1]["user"] != exported[2]["user"]
+    assert {e["conversation"] for e in exported} == {None}  # no THREADKEEPER_TRACE_ID_KEY
 
     for line, answered in zip(exported, (first, second, theirs), strict=True):
         assert line["status"] == answered["status"]
@@ -189,3 +190,28 @@ def test_export_runs_needs_since_and_refuses_a_bad_tenant_or_output(
     missing = tmp_path / "no-such-folder" / "runs.jsonl"
     assert cli.main(["export-runs", "--since", YESTERDAY, "--output", str(missing)]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_the_conversation_is_the_threads_id_in_traces(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With ``THREADKEEPER_TRACE_ID_KEY`` a line names its thread as traces do
+    (``gen_ai.conversation.id``): one id per thread, another user's same thread id another."""
+    from threadkeeper.app.telemetry import ConversationIds
+
+    key = "trace-key-for-the-test"
+    monkeypatch.setenv("THREADKEEPER_TRACE_ID_KEY", key)
+    app = create_app(Settings.of(data_dir=str(data_dir), tokenizer="estimate"))
+    with TestClient(app, timeout=60) as client:
+        run(client, "claims", "Is dental treatment covered?")
+        run(client, "claims", "How do I file a claim?")
+        run(client, "claims", "Is dental treatment covered?", **{"X-User-Id": OTHER_USER})
+    assert cli.main(["export-runs", "--since", YESTERDAY]) == 0
+    exported = lines(capsys.readouterr().out)
+    ids = ConversationIds(key)
+    assert [e["conversation"] for e in exported] == [
+        ids.of(f"{TENANT}:{USER}:claims"),
+        ids.of(f"{TENANT}:{USER}:claims"),
+        ids.of(f"{TENANT}:{OTHER_USER}:claims"),
+    ]
+    assert exported[0]["conversation"] != exported[2]["conversation"]

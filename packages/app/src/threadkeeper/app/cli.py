@@ -843,7 +843,20 @@ def _pseudonym(key: bytes, tenant_id: str, user_id: str) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()[:24]
 
 
-def _run_line(run: Any, key: bytes) -> dict[str, Any]:
+def _conversation_id(trace_id_key: str | None, thread_key: str) -> str | None:
+    """The thread's ``gen_ai.conversation.id`` in traces
+    (``threadkeeper.app.telemetry.ConversationIds``, checked equal by the unit tests; that
+    module imports the agent's middleware, which a command that reads storage does not)."""
+    import hashlib
+    import hmac
+
+    if not trace_id_key:
+        return None
+    digest = hmac.new(trace_id_key.encode("utf-8"), thread_key.encode("utf-8"), hashlib.sha256)
+    return digest.hexdigest()[:32]
+
+
+def _run_line(run: Any, key: bytes, trace_id_key: str | None) -> dict[str, Any]:
     """One ``export-runs`` line (the schema is in ``docs/operations.md``)."""
     from threadkeeper.domain.transcript import stamp_of
 
@@ -858,6 +871,7 @@ def _run_line(run: Any, key: bytes) -> dict[str, Any]:
     return {
         "tenant_id": record.tenant_id,
         "thread_id": record.thread_id,
+        "conversation": _conversation_id(trace_id_key, record.thread_key),
         "user": _pseudonym(key, record.tenant_id, record.user_id),
         "run_id": record.run_id,
         "started_at": started,
@@ -892,8 +906,8 @@ async def _export_runs(settings: Settings, args: argparse.Namespace, out: Any) -
     written = 0
     async with open_stored(settings) as stored:
         async for run in stored.runs_since(args.since, tenant_id=args.tenant, page=args.page):
-            line = json.dumps(_run_line(run, key), ensure_ascii=False, default=str)
-            out.write(line + "\n")
+            line = _run_line(run, key, settings.trace_id_key)
+            out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
             out.flush()
             written += 1
     return written
