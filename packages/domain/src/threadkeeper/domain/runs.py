@@ -162,7 +162,7 @@ RunCursor = tuple[datetime, str, str]
 ``thread_key``, ``run_id``) — the order the records are listed in (``cursor_of``)."""
 
 EXPORT_PAGE = 200
-"""Records per page when every record since a time is read (``records_since``)."""
+"""Records per page when every record since a time is read (``record_pages``)."""
 
 
 def cursor_of(record: RunRecord) -> RunCursor:
@@ -240,7 +240,7 @@ class RunRecords(ABC):
         (``created_at``, ``thread_key``, ``run_id``) — the key order the store keeps, which
         need not be Python's for the two strings; at most ``limit`` of them, those after
         ``after`` (exclusive: the ``cursor_of`` the previous page's last record). Records of
-        deleted threads and erased users are gone, so never listed (``records_since``)."""
+        deleted threads and erased users are gone, so never listed (``record_pages``)."""
 
     async def kept_texts(self, thread_key: str) -> int:
         """How many texts the thread's records keep apart from them (content-addressed
