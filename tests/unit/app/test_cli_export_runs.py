@@ -4,6 +4,9 @@ at a time, each model call's window as ``replay`` rebuilds it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -215,3 +218,26 @@ def test_the_conversation_is_the_threads_id_in_traces(
         ids.of(f"{TENANT}:{OTHER_USER}:claims"),
     ]
     assert exported[0]["conversation"] != exported[2]["conversation"]
+
+
+def test_a_reader_that_closes_the_output_ends_the_export_without_a_traceback(
+    server: TestClient[Litestar], data_dir: Path
+) -> None:
+    """``export-runs | head``: the pipe's reader is gone (here before the first line), the
+    command says so in one line and exits 1."""
+    run(server, "claims", "Is dental treatment covered?")
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "threadkeeper.app.cli", "export-runs", "--since", YESTERDAY],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == "threadkeeper: output closed after 0 runs\n"

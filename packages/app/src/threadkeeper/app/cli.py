@@ -895,9 +895,17 @@ def _run_line(run: Any, key: bytes, trace_id_key: str | None) -> dict[str, Any]:
     }
 
 
+class _ReaderGone(Exception):
+    """The reader of standard output closed it (``export-runs … | head``)."""
+
+
 async def _export_runs(settings: Settings, args: argparse.Namespace, out: Any) -> int:
     """Write each run's line to ``out`` (a text file) as soon as it is built, a page of
-    records held at a time; how many were written."""
+    records held at a time; how many were written.
+
+    Raises:
+        _ReaderGone: ``out`` is a pipe whose reader went away.
+    """
     import secrets
 
     from threadkeeper.app.storage import open_stored
@@ -907,10 +915,15 @@ async def _export_runs(settings: Settings, args: argparse.Namespace, out: Any) -
     async with open_stored(settings) as stored:
         async for run in stored.runs_since(args.since, tenant_id=args.tenant, page=args.page):
             line = _run_line(run, key, settings.trace_id_key)
-            out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
-            out.flush()
+            try:
+                out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+                out.flush()
+            except BrokenPipeError:
+                break  # raised below, outside the handler: not an OSError of the storage's
             written += 1
-    return written
+        else:
+            return written
+    raise _ReaderGone(written)
 
 
 def cmd_export_runs(args: argparse.Namespace) -> int:
@@ -922,7 +935,13 @@ def cmd_export_runs(args: argparse.Namespace) -> int:
             _fail(f"--output: {output} is a folder, not a file")
     settings = _settings()
     if output is None:
-        _run_on_storage(settings, _export_runs(settings, args, sys.stdout))
+        try:
+            _run_on_storage(settings, _export_runs(settings, args, sys.stdout))
+        except _ReaderGone as gone:
+            # no traceback, and none at exit either: what is left to flush goes nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            print(f"threadkeeper: output closed after {gone.args[0]} runs", file=sys.stderr)
+            return 1
         return 0
     try:
         out = output.open("w", encoding="utf-8")
