@@ -72,3 +72,21 @@ async def test_a_second_open_of_the_data_dir_is_refused(tmp_path: Path) -> None:
                 pytest.fail("two processes on one data directory")
         async with open_embedded(tmp_path / "data", exclusive=False) as reader:
             assert (await reader.health()) == {"sqlite": "ok"}
+
+
+async def test_an_index_added_since_is_created_on_an_existing_database(tmp_path: Path) -> None:
+    """The embedded profile sets its tables up at start, without migrations: a database made
+    before an index was added gets it when opened (``export-runs --tenant``'s pages)."""
+    import sqlite3
+
+    from threadkeeper.adapters.embedded.backend import DATABASE
+
+    async with open_embedded(tmp_path):
+        pass
+    with sqlite3.connect(tmp_path / DATABASE) as db:
+        db.execute("DROP INDEX ix_tk_run_records_tenant_created")
+    async with open_embedded(tmp_path):
+        pass
+    with sqlite3.connect(tmp_path / DATABASE) as db:
+        indexes = {row[1] for row in db.execute("PRAGMA index_list(tk_run_records)")}
+    assert {"ix_tk_run_records_tenant_created", "ix_tk_run_records_created"} <= indexes

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -31,9 +31,11 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
     delete,
     func,
     insert,
+    or_,
     select,
     update,
 )
@@ -47,8 +49,10 @@ from threadkeeper.domain.compact import Segment, decode_text, delta_size, encode
 from threadkeeper.domain.errors import ClaimLost
 from threadkeeper.domain.locks import RunFences, new_token
 from threadkeeper.domain.runs import (
+    EXPORT_PAGE,
     Feedback,
     ModelCall,
+    RunCursor,
     RunRecord,
     RunRecords,
     UnknownRun,
@@ -100,7 +104,10 @@ run_records = Table(
     Index("ix_tk_run_records_user", "tenant_id", "user_id"),
     Index("ix_tk_run_records_human", "thread_key", "human_message_id"),
     Index("ix_tk_run_records_created", "created_at"),
+    Index("ix_tk_run_records_tenant_created", "tenant_id", "created_at"),
 )
+"""``ix_tk_run_records_created`` and ``ix_tk_run_records_tenant_created`` serve the pages of
+``SqlRunRecords.since`` (all tenants, one tenant) as well as retention's activity."""
 
 feedback = Table(
     "tk_feedback",
@@ -428,6 +435,19 @@ async def decode_record(conn: AsyncConnection, row: Any) -> RunRecord:
     )
 
 
+def _feedback_of(row: Any) -> Feedback:
+    """A ``tk_feedback`` row (a mapping) read back."""
+    return Feedback(
+        run_id=row["run_id"],
+        thread_key=row["thread_key"],
+        tenant_id=row["tenant_id"],
+        user_id=row["user_id"],
+        score=row["score"],
+        comment=row["comment"],
+        at=_aware(row["at"]),
+    )
+
+
 async def check_claim(conn: AsyncConnection, thread_key: str, token: str) -> None:
     """In the round's transaction: the thread's claim must still be ``token``, and stays so
     until the transaction ends (the row is locked where the database can).
@@ -541,12 +561,16 @@ class SqlRunRecords(SqlAccess, RunRecords):
 
     async def create_tables(self) -> None:
         """Create the tables if missing (embedded profile only; servers use migrations)."""
+        tables = [run_records, feedback, run_claims, run_texts]
+
+        def create(sync: Any) -> None:
+            metadata.create_all(sync, tables=tables)
+            for table in tables:  # an index added since the tables were created
+                for index in table.indexes:
+                    index.create(sync, checkfirst=True)
+
         async with self.begin() as conn:
-            await conn.run_sync(
-                lambda sync: metadata.create_all(
-                    sync, tables=[run_records, feedback, run_claims, run_texts]
-                )
-            )
+            await conn.run_sync(create)
 
     async def save(self, record: RunRecord) -> bool:
         """Store a run record on its own (tests, tools): a run's record is written with its
@@ -574,6 +598,37 @@ class SqlRunRecords(SqlAccess, RunRecords):
         return await self._one(
             run_records.c.thread_key == thread_key, run_records.c.run_id == run_id
         )
+
+    async def since(
+        self,
+        cutoff: datetime,
+        *,
+        tenant_id: str | None = None,
+        after: RunCursor | None = None,
+        limit: int = EXPORT_PAGE,
+    ) -> list[RunRecord]:
+        """One page, by keyset (``created_at``, ``thread_key``, ``run_id``) on the
+        ``created_at`` indexes: each page is one query (and one per record for its texts)."""
+        c = run_records.c
+        where: list[Any] = [c.created_at >= _aware(cutoff).astimezone(UTC)]
+        if tenant_id is not None:
+            where.append(c.tenant_id == tenant_id)
+        if after is not None:
+            at, key, run_id = _aware(after[0]).astimezone(UTC), after[1], after[2]
+            where += [
+                c.created_at >= at,
+                or_(
+                    c.created_at > at,
+                    c.thread_key > key,
+                    and_(c.thread_key == key, c.run_id > run_id),
+                ),
+            ]
+        query = (
+            select(*_ROW).where(*where).order_by(c.created_at, c.thread_key, c.run_id).limit(limit)
+        )
+        async with self.connect() as conn:
+            rows = (await conn.execute(query)).all()
+            return [await decode_record(conn, row) for row in rows]
 
     async def by_human_message(self, thread_key: str, message_id: str) -> RunRecord | None:
         return await self._one(
@@ -717,6 +772,20 @@ class SqlRunRecords(SqlAccess, RunRecords):
             rows = (await conn.execute(query)).all()
         return [(r[0], r[1], r[2], _aware(r[3])) for r in rows]
 
+    async def feedback_of(self, runs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Feedback]:
+        """One query on the primary key's columns (each list ``IN``; the pairs picked here)."""
+        if not runs:
+            return {}
+        wanted = set(runs)
+        query = select(feedback).where(
+            feedback.c.thread_key.in_(sorted({k for k, _ in wanted})),
+            feedback.c.run_id.in_(sorted({r for _, r in wanted})),
+        )
+        async with self.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        found = (_feedback_of(row) for row in rows)
+        return {(f.thread_key, f.run_id): f for f in found if (f.thread_key, f.run_id) in wanted}
+
     async def feedback_count(self, thread_key: str) -> int:
         query = (
             select(func.count()).select_from(feedback).where(feedback.c.thread_key == thread_key)
@@ -732,18 +801,7 @@ class SqlRunRecords(SqlAccess, RunRecords):
         )
         async with self.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
-        return [
-            Feedback(
-                run_id=row["run_id"],
-                thread_key=row["thread_key"],
-                tenant_id=row["tenant_id"],
-                user_id=row["user_id"],
-                score=row["score"],
-                comment=row["comment"],
-                at=_aware(row["at"]),
-            )
-            for row in rows
-        ]
+        return [_feedback_of(row) for row in rows]
 
     async def user_threads(self, tenant_id: str, user_id: str) -> list[str]:
         query = (

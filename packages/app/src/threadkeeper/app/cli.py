@@ -1,6 +1,8 @@
-"""``threadkeeper`` — serve, chat, tokens, replay, migrate, retention, export, doctor.
+"""``threadkeeper`` — serve, chat, tokens, replay, migrate, retention, export, export-runs,
+doctor.
 
-Each command builds only what it uses: ``replay``, ``export``, ``retention`` and ``doctor``
+Each command builds only what it uses: ``replay``, ``export``, ``export-runs``,
+``retention`` and ``doctor``
 open the profile's backend alone (no model, hooks, agent or knowledge-base index: a run's
 documents are rendered from the knowledge base only when its prompt had some), and import
 nothing else — start-up, mostly imports, is most of what a command takes.
@@ -590,10 +592,6 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _replay_lines(record: Any, by_id: dict[str, Any]) -> Iterator[str]:
-    from langchain_core.messages import AIMessage
-
-    from threadkeeper.domain.compaction import shown_message
-
     yield json.dumps(
         {
             "run_id": record.run_id,
@@ -604,6 +602,18 @@ def _replay_lines(record: Any, by_id: dict[str, Any]) -> Iterator[str]:
         },
         ensure_ascii=False,
     )
+    for call in _model_call_windows(record, by_id):
+        yield json.dumps(call, ensure_ascii=False, default=str)
+
+
+def _model_call_windows(record: Any, by_id: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """What each model call of a run was sent (``replay``'s lines, ``export-runs``'s
+    ``model_calls``): the system prompt (its documents rendered again), the summary, the
+    window's messages by id, a message no longer kept as ``{"role": "missing"}``."""
+    from langchain_core.messages import AIMessage
+
+    from threadkeeper.domain.compaction import shown_message
+
     prompt = _with_documents(record)
     for index, call in enumerate(record.model_calls):
         system = prompt
@@ -623,17 +633,25 @@ def _replay_lines(record: Any, by_id: dict[str, Any]) -> Iterator[str]:
             if isinstance(message, AIMessage) and message.tool_calls:
                 item["tool_calls"] = message.tool_calls
             messages.append(item)
-        yield json.dumps(
-            {
-                "model_call": index,
-                "tokens": call.tokens,
-                "budget": call.budget,
-                "counter": call.counter,
-                "messages": messages,
-            },
-            ensure_ascii=False,
-            default=str,
-        )
+        yield {
+            "model_call": index,
+            "tokens": call.tokens,
+            "budget": call.budget,
+            "counter": call.counter,
+            "messages": messages,
+        }
+
+
+_loaded: dict[str, Any] = {}
+
+
+def _knowledge() -> Any:
+    """The knowledge base's documents, loaded once per command (the search index is lazy)."""
+    if "knowledge" not in _loaded:
+        from threadkeeper.adapters.knowledge import KnowledgeBase
+
+        _loaded["knowledge"] = KnowledgeBase.from_directory()
+    return _loaded["knowledge"]
 
 
 def _with_documents(record: Any) -> str:
@@ -645,9 +663,7 @@ def _with_documents(record: Any) -> str:
     prompt: str = record.system_prompt
     if not prompt.endswith(DOCUMENTS_REF):
         return prompt
-    from threadkeeper.adapters.knowledge import KnowledgeBase
-
-    knowledge = KnowledgeBase.from_directory()  # documents only: the search index is lazy
+    knowledge = _knowledge()
     chunks = []
     for chunk_id in record.chunk_ids:
         chunk = knowledge.chunk(record.tenant_id, chunk_id)
@@ -804,6 +820,146 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"{sum(len(t['messages']) for t in threads)} messages, "
         f"{len(memory['profile']) + len(memory['facts'])} memory items and "
         f"{len(document['feedback'])} feedback of user {args.user} to {args.output}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+# -- export-runs -------------------------------------------------------------------------
+
+
+def _since(value: str) -> datetime:
+    """A date (``2026-11-01``: midnight UTC) or an ISO 8601 time (no zone: UTC)."""
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a date (YYYY-MM-DD) or an ISO 8601 time "
+            "(YYYY-MM-DDTHH:MM[:SS][+HH:MM])"
+        ) from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
+
+
+def _pseudonym(key: bytes, tenant_id: str, user_id: str) -> str:
+    """The user as ``export-runs`` names them: HMAC-SHA256 under the export's own random key,
+    so the same user within one export, and neither their id nor a link between exports."""
+    import hashlib
+    import hmac
+
+    message = f"{tenant_id}\0{user_id}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:24]
+
+
+def _conversation_id(trace_id_key: str | None, thread_key: str) -> str | None:
+    """The thread's ``gen_ai.conversation.id`` in traces
+    (``threadkeeper.app.telemetry.ConversationIds``, checked equal by the unit tests; that
+    module imports the agent's middleware, which a command that reads storage does not)."""
+    import hashlib
+    import hmac
+
+    if not trace_id_key:
+        return None
+    digest = hmac.new(trace_id_key.encode("utf-8"), thread_key.encode("utf-8"), hashlib.sha256)
+    return digest.hexdigest()[:32]
+
+
+def _run_line(run: Any, key: bytes, trace_id_key: str | None) -> dict[str, Any]:
+    """One ``export-runs`` line (the schema is in ``docs/operations.md``)."""
+    from threadkeeper.domain.transcript import stamp_of
+
+    record, by_id = run.replay.record, run.replay.messages
+    response = record.response
+    human = by_id.get(record.human_message_id)
+    started = stamp_of(human).get("at") if human is not None else None
+    message = response.get("message") if isinstance(response.get("message"), dict) else {}
+    answer = by_id.get(str(message.get("id", "")))
+    model = answer.response_metadata.get("model_name") if answer is not None else None
+    note = run.feedback
+    return {
+        "tenant_id": record.tenant_id,
+        "thread_id": record.thread_id,
+        "conversation": _conversation_id(trace_id_key, record.thread_key),
+        "user": _pseudonym(key, record.tenant_id, record.user_id),
+        "run_id": record.run_id,
+        "started_at": started,
+        "finished_at": record.created_at.isoformat(),
+        "status": record.status,
+        "model": model,
+        "prompt_version": record.prompt_version,
+        "chunk_ids": list(record.chunk_ids),
+        "memory_keys": list(record.memory_keys),
+        "model_calls": list(_model_call_windows(record, by_id)),
+        "answer": {
+            "id": message.get("id"),
+            "content": message.get("content", ""),
+            "citations": message.get("citations", []),
+        },
+        "handoff_context": response.get("handoff_context"),
+        "usage": response.get("usage"),
+        "feedback": None
+        if note is None
+        else {"score": note.score, "comment": note.comment, "at": note.at.isoformat()},
+    }
+
+
+class _ReaderGone(Exception):
+    """The reader of standard output closed it (``export-runs … | head``)."""
+
+
+async def _export_runs(settings: Settings, args: argparse.Namespace, out: Any) -> int:
+    """Write each run's line to ``out`` (a text file) as soon as it is built, a page of
+    records held at a time; how many were written.
+
+    Raises:
+        _ReaderGone: ``out`` is a pipe whose reader went away.
+    """
+    import secrets
+
+    from threadkeeper.app.storage import open_stored
+
+    key = secrets.token_bytes(32)
+    written = 0
+    async with open_stored(settings) as stored:
+        async for run in stored.runs_since(args.since, tenant_id=args.tenant, page=args.page):
+            line = _run_line(run, key, settings.trace_id_key)
+            try:
+                out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+                out.flush()
+            except BrokenPipeError:
+                break  # raised below, outside the handler: not an OSError of the storage's
+            written += 1
+        else:
+            return written
+    raise _ReaderGone(written)
+
+
+def cmd_export_runs(args: argparse.Namespace) -> int:
+    output = None if args.output in (None, "-") else Path(args.output)
+    if output is not None:
+        if not output.parent.is_dir():
+            _fail(f"--output: the folder {output.parent} does not exist")
+        if output.is_dir():
+            _fail(f"--output: {output} is a folder, not a file")
+    settings = _settings()
+    if output is None:
+        try:
+            _run_on_storage(settings, _export_runs(settings, args, sys.stdout))
+        except _ReaderGone as gone:
+            # no traceback, and none at exit either: what is left to flush goes nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            print(f"threadkeeper: output closed after {gone.args[0]} runs", file=sys.stderr)
+            return 1
+        return 0
+    try:
+        out = output.open("w", encoding="utf-8")
+    except OSError as exc:
+        _fail(f"--output: cannot write {output}: {exc.strerror or exc}")
+    with out:
+        written = _run_on_storage(settings, _export_runs(settings, args, out))
+    scope = f"tenant {args.tenant}" if args.tenant else "every tenant"
+    print(
+        f"threadkeeper: exported {written} runs of {scope} since {args.since.isoformat()} "
+        f"to {args.output}",
         file=sys.stderr,
     )
     return 0
@@ -1002,6 +1158,30 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("--user", required=True, type=_tenant_or_user_arg)
     export.add_argument("--output", help="a file to write (default: standard output)")
     export.set_defaults(func=cmd_export)
+
+    export_runs = commands.add_parser(
+        "export-runs",
+        help="write the runs since a date as JSON lines (an eval dataset)",
+        description="One JSON line per run stored since --since (inclusive), oldest first: its "
+        "tenant, thread id, the user as a pseudonym of this export, times, status, model, "
+        "what each model call was sent (as replay rebuilds it), the answer with its "
+        "citations, usage and feedback. Streams (a page of runs at a time). Works beside a "
+        "running server. The lines hold what users wrote: personal data.",
+    )
+    export_runs.add_argument(
+        "--since",
+        required=True,
+        type=_since,
+        help="a date (YYYY-MM-DD, midnight UTC) or an ISO 8601 time (no zone: UTC)",
+    )
+    export_runs.add_argument(
+        "--tenant", type=_tenant_or_user_arg, help="one tenant's runs (default: every tenant's)"
+    )
+    export_runs.add_argument("--output", help="a file to write (default: standard output)")
+    export_runs.add_argument(
+        "--page", type=_positive, default=200, help="runs read at a time (default: %(default)s)"
+    )
+    export_runs.set_defaults(func=cmd_export_runs)
 
     doctor = commands.add_parser("doctor", help="check configuration and backends")
     doctor.set_defaults(func=cmd_doctor)

@@ -2,13 +2,14 @@
 
 ``StoredThreads`` is the service's read side: the run service answers ``GET /messages``,
 memory, feedback and deletions through it, and the commands that only read (``replay``,
-``export``, ``doctor``, ``retention --dry-run``) use it without building the agent
+``export``, ``export-runs``, ``doctor``, ``retention --dry-run``) use it without building the agent
 (LangChain's agent factory, the model and the hooks are most of a command's start-up): this
 module imports message types and the domain, nothing heavier, and no profile.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -22,7 +23,7 @@ from threadkeeper.domain import transcript as paging
 from threadkeeper.domain.errors import UnknownThread
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
 from threadkeeper.domain.retention import ErasureReceipt
-from threadkeeper.domain.runs import Feedback, ModelCall, RunRecord
+from threadkeeper.domain.runs import EXPORT_PAGE, Feedback, ModelCall, RunRecord, record_pages
 from threadkeeper.domain.threads import ThreadRef, ThreadScope
 from threadkeeper.domain.transcript import TranscriptMessage, TranscriptPage
 
@@ -72,6 +73,14 @@ class Replay:
 
 
 @dataclass(frozen=True)
+class ExportedRun:
+    """A stored run as ``export-runs`` lists it: its replay and the feedback on it, if any."""
+
+    replay: Replay
+    feedback: Feedback | None
+
+
+@dataclass(frozen=True)
 class UserExport:
     """Everything kept about a user in a tenant."""
 
@@ -103,6 +112,12 @@ def _shown(call: ModelCall, order: list[str], record: RunRecord) -> list[str]:
         return [
             s if isinstance(s, str) else f"?positions {s[0]}..{s[1]}" for s in call.window or ()
         ]
+
+
+def _answer_id(record: RunRecord) -> list[str]:
+    message = record.response.get("message")
+    answer = message.get("id") if isinstance(message, dict) else None
+    return [answer] if isinstance(answer, str) else []
 
 
 class StoredThreads:
@@ -150,10 +165,15 @@ class StoredThreads:
     async def replay(self, caller: Caller, thread_id: str, run_id: str) -> Replay | None:
         """The run ``run_id`` of the thread and what its model calls were sent (``None``: no
         such run)."""
-        key = self.ref(caller, thread_id).key
-        record = await self.backend.runs.get(key, run_id)
-        if record is None:
-            return None
+        record = await self.backend.runs.get(self.ref(caller, thread_id).key, run_id)
+        return None if record is None else await self.replayed(record)
+
+    async def replayed(self, record: RunRecord) -> Replay:
+        """What a stored run's model calls were sent (``replay``, and ``export-runs`` for
+        each run it lists): its compact windows decoded against the thread's order, the
+        messages read from the run's checkpoint (or the archive, where one holds them) —
+        the run's human message and answer among them."""
+        key = record.thread_key
         if any(call.window is not None for call in record.model_calls):
             order = await self.backend.transcript.message_order(key)
             record = msgspec.structs.replace(
@@ -166,8 +186,24 @@ class StoredThreads:
                 ),
             )
         ids = [i for call in record.model_calls for i in call.message_ids]
+        ids += [record.human_message_id, *_answer_id(record)]
         messages = await self.backend.transcript.replay_messages(key, record.checkpoint_id, ids)
         return Replay(record, messages)
+
+    async def runs_since(
+        self, cutoff: datetime, *, tenant_id: str | None = None, page: int = EXPORT_PAGE
+    ) -> AsyncIterator[ExportedRun]:
+        """Every run stored at or after ``cutoff`` (of one tenant, or all), oldest first,
+        each replayed as ``replay`` does, with its feedback: read a page of ``page`` records
+        at a time (one read of their feedback per page), so at most a page is held."""
+        async for records in record_pages(
+            self.backend.runs, cutoff, tenant_id=tenant_id, page=page
+        ):
+            notes = await self.backend.runs.feedback_of([(r.thread_key, r.run_id) for r in records])
+            for record in records:
+                yield ExportedRun(
+                    await self.replayed(record), notes.get((record.thread_key, record.run_id))
+                )
 
     async def thread_ids(self, tenant_id: str, user_id: str) -> list[str]:
         """The ids of every thread the user has in the tenant, sorted."""
@@ -238,6 +274,7 @@ class StoredThreads:
 
 
 __all__ = [
+    "ExportedRun",
     "Replay",
     "RetentionPreview",
     "StoredThreads",

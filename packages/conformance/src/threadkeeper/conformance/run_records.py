@@ -1,16 +1,25 @@
 """``RunRecords`` conformance: completed runs kept once, found by id and by human message,
 feedback only on known runs (counted per thread, listed per user), the user's threads, deletion
-by thread and by user, and forgetting what the records hold of the user's memory."""
+by thread and by user, forgetting what the records hold of the user's memory, and the records
+since a time, page by page (``since``)."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import msgspec
 import pytest
 
-from threadkeeper.domain.runs import Feedback, ModelCall, RunRecord, RunRecords, UnknownRun
+from threadkeeper.domain.runs import (
+    Feedback,
+    ModelCall,
+    RunRecord,
+    RunRecords,
+    UnknownRun,
+    cursor_of,
+    record_pages,
+)
 
 AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -91,6 +100,17 @@ def feedback(item: RunRecord, score: int = 1, *, at: datetime = AT) -> Feedback:
         comment="clear",
         at=at,
     )
+
+
+def at(minutes: float, *, tenant: str, user: str = "u1", key: str | None = None) -> RunRecord:
+    """A record of ``tenant`` stored ``minutes`` after ``AT``."""
+    return msgspec.structs.replace(
+        record(key, tenant=tenant, user=user), created_at=AT + timedelta(minutes=minutes)
+    )
+
+
+def tenant() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
 
 
 class RunRecordsConformance:
@@ -294,3 +314,105 @@ class RunRecordsConformance:
         assert await records.get(plain.thread_key, plain.run_id) == plain
         assert await records.get(neighbour.thread_key, neighbour.run_id) == neighbour
         assert await records.forget_memory("acme", user) == 0
+
+    async def test_since_lists_the_tenants_records_from_the_cutoff_on_oldest_first(
+        self, records: RunRecords
+    ) -> None:
+        """The cutoff is inclusive; records read back equal; another tenant's are not listed
+        unless every tenant's are asked for."""
+        mine, theirs = tenant(), tenant()
+        before = at(-1, tenant=mine)
+        listed = [at(0, tenant=mine), at(2.5, tenant=mine), at(1, tenant=mine, user="u2")]
+        other = at(0.5, tenant=theirs)
+        for item in (listed[1], before, other, listed[0], listed[2]):
+            assert await records.save(item) is True
+        found = await records.since(AT, tenant_id=mine)
+        assert found == sorted(listed, key=lambda r: r.created_at)
+        everyone = await records.since(AT, limit=1000)
+        assert [r for r in everyone if r.tenant_id in (mine, theirs)] == sorted(
+            [*listed, other], key=lambda r: r.created_at
+        )
+        times = [r.created_at for r in everyone]
+        assert times == sorted(times)
+        assert await records.since(AT + timedelta(minutes=2.5), tenant_id=mine) == [listed[1]]
+        later = AT + timedelta(minutes=2.5, microseconds=1)
+        assert await records.since(later, tenant_id=mine) == []
+
+    async def test_since_compares_instants_whatever_the_cutoffs_zone(
+        self, records: RunRecords
+    ) -> None:
+        mine = tenant()
+        item = at(0, tenant=mine)
+        await records.save(item)
+        tehran = timezone(timedelta(hours=3, minutes=30))
+        assert await records.since(AT.astimezone(tehran), tenant_id=mine) == [item]
+        just_after = (AT + timedelta(microseconds=1)).astimezone(tehran)
+        assert await records.since(just_after, tenant_id=mine) == []
+
+    async def test_since_of_an_unknown_tenant_or_a_future_time_is_empty(
+        self, records: RunRecords
+    ) -> None:
+        mine = tenant()
+        await records.save(at(0, tenant=mine))
+        assert await records.since(AT, tenant_id=tenant()) == []
+        assert await records.since(datetime.now(UTC) + timedelta(days=1)) == []
+
+    async def test_since_pages_by_keyset_each_record_once_in_one_order(
+        self, records: RunRecords
+    ) -> None:
+        """Pages after the previous page's last record (exclusive), records with the same time
+        in several threads and in one thread included: together they are the one-page list."""
+        mine = tenant()
+        shared = f"{mine}:u1:t-shared"
+        items = [at(0, tenant=mine) for _ in range(3)]  # one time, three threads
+        items += [at(0, tenant=mine, key=shared) for _ in range(2)]  # one time, one thread
+        items += [at(1, tenant=mine), at(2, tenant=mine)]
+        for item in reversed(items):
+            await records.save(item)
+        whole = await records.since(AT, tenant_id=mine, limit=100)
+        assert sorted(r.run_id for r in whole) == sorted(r.run_id for r in items)
+        pages: list[list[RunRecord]] = []
+        after = None
+        while True:
+            page = await records.since(AT, tenant_id=mine, after=after, limit=3)
+            pages.append(page)
+            if len(page) < 3:
+                break
+            after = cursor_of(page[-1])
+        assert [len(p) for p in pages] == [3, 3, 1]
+        assert [r for p in pages for r in p] == whole
+        pages = [p async for p in record_pages(records, AT, tenant_id=mine, page=2)]
+        assert [len(p) for p in pages] == [2, 2, 2, 1]
+        assert [r for p in pages for r in p] == whole
+        assert [len(p) async for p in record_pages(records, AT, tenant_id=mine, page=7)] == [7]
+        assert [p async for p in record_pages(records, AT, tenant_id=tenant())] == []
+
+    async def test_feedback_of_a_page_of_runs_by_run(self, records: RunRecords) -> None:
+        """Runs with no feedback and runs not stored are left out; a replaced one is the
+        newest."""
+        mine = tenant()
+        rated, unrated, same_id = at(0, tenant=mine), at(1, tenant=mine), at(2, tenant=mine)
+        same_id = msgspec.structs.replace(same_id, run_id=rated.run_id)  # another thread
+        for item in (rated, unrated, same_id):
+            await records.save(item)
+        await records.add_feedback(feedback(rated, 1))
+        newest = feedback(rated, -1, at=AT + timedelta(minutes=5))
+        await records.add_feedback(newest)
+        runs = [(r.thread_key, r.run_id) for r in (rated, unrated, same_id)]
+        assert await records.feedback_of([*runs, (f"{mine}:u1:none", "nope")]) == {runs[0]: newest}
+        assert await records.feedback_of([]) == {}
+
+    async def test_since_never_lists_deleted_threads_or_erased_users(
+        self, records: RunRecords
+    ) -> None:
+        mine = tenant()
+        kept, deleted = at(0, tenant=mine), at(1, tenant=mine)
+        erased = msgspec.structs.replace(
+            at(2, tenant=mine, user="gone"), thread_key=f"{mine}:gone:t-1", thread_id="t-1"
+        )
+        for item in (kept, deleted, erased):
+            await records.save(item)
+            await records.add_feedback(feedback(item))
+        await records.delete_thread(deleted.thread_key)
+        await records.erase_user(mine, "gone")
+        assert await records.since(AT, tenant_id=mine) == [kept]

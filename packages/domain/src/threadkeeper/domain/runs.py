@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
@@ -157,6 +157,23 @@ class Feedback(msgspec.Struct, frozen=True):
     at: datetime
 
 
+RunCursor = tuple[datetime, str, str]
+"""Where a page of ``RunRecords.since`` ended: the last record's (``created_at``,
+``thread_key``, ``run_id``) — the order the records are listed in (``cursor_of``)."""
+
+EXPORT_PAGE = 200
+"""Records per page when every record since a time is read (``record_pages``)."""
+
+
+def cursor_of(record: RunRecord) -> RunCursor:
+    return (record.created_at, record.thread_key, record.run_id)
+
+
+def _utc(value: datetime) -> datetime:
+    """An aware time in UTC (a naive one is taken as UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 class RunRecords(ABC):
     """Per-run records and feedback, scoped by thread key."""
 
@@ -178,6 +195,11 @@ class RunRecords(ABC):
         Raises:
             UnknownRun: the run is not stored for this thread.
         """
+
+    @abstractmethod
+    async def feedback_of(self, runs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Feedback]:
+        """The feedback on each of ``runs`` (``(thread_key, run_id)``) that has some, by run
+        (one page of ``since``: export)."""
 
     @abstractmethod
     async def feedback_count(self, thread_key: str) -> int:
@@ -204,10 +226,46 @@ class RunRecords(ABC):
         """Remove what the user's run records hold of their memory (``without_memory``), when
         the user resets it; how many records changed."""
 
+    @abstractmethod
+    async def since(
+        self,
+        cutoff: datetime,
+        *,
+        tenant_id: str | None = None,
+        after: RunCursor | None = None,
+        limit: int = EXPORT_PAGE,
+    ) -> list[RunRecord]:
+        """One page of the records stored at or after ``cutoff`` (inclusive: a record whose
+        ``created_at`` equals it is listed), of one tenant or of all, in the order of
+        (``created_at``, ``thread_key``, ``run_id``) — the key order the store keeps, which
+        need not be Python's for the two strings; at most ``limit`` of them, those after
+        ``after`` (exclusive: the ``cursor_of`` the previous page's last record). Records of
+        deleted threads and erased users are gone, so never listed (``record_pages``)."""
+
     async def kept_texts(self, thread_key: str) -> int:
         """How many texts the thread's records keep apart from them (content-addressed
         summaries and prompts, stored once per thread); 0 where records hold their texts."""
         return 0
+
+
+async def record_pages(
+    runs: RunRecords,
+    cutoff: datetime,
+    *,
+    tenant_id: str | None = None,
+    page: int = EXPORT_PAGE,
+) -> AsyncIterator[list[RunRecord]]:
+    """Every record stored at or after ``cutoff``, oldest first, a page (one ``since``) at a
+    time: at most ``page`` records are held. A page shorter than ``page`` is the last one
+    (so ``N`` records take ``N // page + 1`` reads); an empty one is not yielded."""
+    after: RunCursor | None = None
+    while True:
+        records = await runs.since(cutoff, tenant_id=tenant_id, after=after, limit=page)
+        if records:
+            yield records
+        if len(records) < page:
+            return
+        after = cursor_of(records[-1])
 
 
 class InMemoryRunRecords(RunRecords):
@@ -229,6 +287,28 @@ class InMemoryRunRecords(RunRecords):
     async def get(self, thread_key: str, run_id: str) -> RunRecord | None:
         return self._runs.get((thread_key, run_id))
 
+    async def since(
+        self,
+        cutoff: datetime,
+        *,
+        tenant_id: str | None = None,
+        after: RunCursor | None = None,
+        limit: int = EXPORT_PAGE,
+    ) -> list[RunRecord]:
+        cutoff = _utc(cutoff)
+        start = None if after is None else (_utc(after[0]), after[1], after[2])
+        found = sorted(
+            (
+                r
+                for r in list(self._runs.values())
+                if _utc(r.created_at) >= cutoff and (tenant_id is None or r.tenant_id == tenant_id)
+            ),
+            key=lambda r: (_utc(r.created_at), r.thread_key, r.run_id),
+        )
+        if start is not None:
+            found = [r for r in found if (_utc(r.created_at), r.thread_key, r.run_id) > start]
+        return found[:limit]
+
     async def by_human_message(self, thread_key: str, message_id: str) -> RunRecord | None:
         for (key, _), record in self._runs.items():
             if key == thread_key and record.human_message_id == message_id:
@@ -239,6 +319,9 @@ class InMemoryRunRecords(RunRecords):
         if (feedback.thread_key, feedback.run_id) not in self._runs:
             raise UnknownRun(feedback.run_id)
         self._feedback[(feedback.thread_key, feedback.run_id)] = feedback
+
+    async def feedback_of(self, runs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Feedback]:
+        return {run: self._feedback[run] for run in runs if run in self._feedback}
 
     async def feedback_count(self, thread_key: str) -> int:
         return sum(1 for key in self._feedback if key[0] == thread_key)
