@@ -162,3 +162,39 @@ def test_a_second_process_on_the_same_data_dir_refuses(server: tuple[str, Path])
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 2
     assert "in use" in output
+
+
+def test_no_thread_or_user_id_in_the_server_log(tmp_path: Path) -> None:
+    """uvicorn's access lines name each request by its route (``route_of``), and
+    threadkeeper's own lines name a thread by ``log_name``: a user id or thread id used in a
+    run, a failed run and a read never reaches the log (the access lines showed the path)."""
+    secret = "zq7secretvalue"
+    port = free_port()
+    process = serve(
+        tmp_path / "data",
+        port,
+        THREADKEEPER_MODEL_TOKEN_DELAY_MS="200",
+        THREADKEEPER_RUN_TIMEOUT_SECONDS="0.5",
+        THREADKEEPER_LOG_FORMAT="json",
+    )
+    url = f"http://127.0.0.1:{port}"
+    headers = {**HEADERS, "X-User-Id": f"{secret}-user"}
+    try:
+        wait_ready(url, process)
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+            late = client.post(
+                f"/v1/threads/{secret}-thread/runs",
+                json={"message": {"content": QUESTION}},
+                headers={"Accept": "application/json"},
+            )
+            assert late.status_code == 504
+            assert client.get(f"/v1/threads/{secret}-thread/messages").status_code == 404
+            assert client.get(f"/v1/users/{secret}-user/memory").status_code == 200
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=30)
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    access = [line["message"] for line in lines if line["logger"] == "uvicorn.access"]
+    assert any('"POST /v1/threads/{id}/runs HTTP/1.1" 504' in m for m in access), access
+    assert any("run did not finish" in line["message"] for line in lines)
+    assert secret not in output

@@ -244,7 +244,7 @@ def serve_logging(level: str, settings: Settings) -> Iterator[None]:
 
     numeric = LOG_LEVELS[level]
     libraries = numeric if numeric < logging.INFO else max(numeric, THIRD_PARTY_LOG_LEVEL)
-    from threadkeeper.app.logs import JsonFormatter, TraceIds
+    from threadkeeper.app.logs import AccessPaths, JsonFormatter, TraceIds
 
     handler = logging.StreamHandler(_Stderr())
     json_lines = settings.log_format == "json"
@@ -252,6 +252,7 @@ def serve_logging(level: str, settings: Settings) -> Iterator[None]:
     handler.setFormatter(JsonFormatter(secrets) if json_lines else LogFormatter(secrets))
     handler.addFilter(_LibraryLevel(libraries))
     handler.addFilter(TraceIds())  # each record's trace_id and span_id
+    handler.addFilter(AccessPaths())  # no ids of a request's path in uvicorn's access lines
     root = logging.getLogger()
     own = [*OWN_LOGGERS, "uvicorn", "uvicorn.error", "uvicorn.access"]
     loggers = [logging.getLogger(name) for name in own]

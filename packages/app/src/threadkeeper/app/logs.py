@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,3 +63,25 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info and record.exc_info[0] is not None:
             line["exception_type"] = record.exc_info[0].__name__
         return json.dumps(line, ensure_ascii=False)
+
+
+_ID_SEGMENT = re.compile(r"(/(?:threads|users|runs|messages)/)[^/?#]+")
+
+
+def route_of(path: str) -> str:
+    """A request path as access lines show it: every id in it (thread, user, run, message)
+    replaced by ``{id}``, the query string dropped — paths hold user ids and thread ids, which
+    may not reach a log line. ``/v1/threads/t-1/runs?x=1`` → ``/v1/threads/{id}/runs``."""
+    bare = path.split("?", 1)[0].split("#", 1)[0]
+    return _ID_SEGMENT.sub(r"\1{id}", bare)
+
+
+class AccessPaths(logging.Filter):
+    """uvicorn's access lines with ``route_of`` their path (``%s - "%s %s HTTP/%s" %d``: the
+    path is the third argument)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if record.name == "uvicorn.access" and isinstance(args, tuple) and len(args) >= 3:
+            record.args = (*args[:2], route_of(str(args[2])), *args[3:])
+        return True
