@@ -19,6 +19,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from tests.api.conftest import TENANT, AppFactory, Servers, flush, run
+from tests.support.fake_openai import fake_provider
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "threadkeeper.json"
 QUESTIONS = [
@@ -44,7 +45,10 @@ def dashboard_queries() -> list[str]:
 
 def metric_names(query: str) -> set[str]:
     """The series a PromQL query selects (label matchers, grouping labels, ranges and
-    numbers taken out first)."""
+    numbers taken out first; of a variable's ``label_values(series, label)``, the series)."""
+    values = re.fullmatch(r"\s*label_values\(\s*([A-Za-z_:][A-Za-z0-9_:]*).*\)\s*", query)
+    if values:
+        return {values.group(1)}
     text = re.sub(r"\{[^}]*\}", " ", query)
     text = re.sub(r"\[[^\]]*\]", " ", text)
     text = re.sub(r"\b(?:by|without)\s*\([^)]*\)", " ", text)
@@ -73,18 +77,36 @@ async def _hold(app: Litestar, key: str, held: threading.Event, release: threadi
 @pytest.mark.integration
 @pytest.mark.parametrize("profile", ["redis-mysql"])
 async def test_every_metric_the_dashboard_names_is_served(
-    make_app: AppFactory, auth: dict[str, str], database: Servers | None, profile: str
+    make_app: AppFactory,
+    auth: dict[str, str],
+    database: Servers | None,
+    profile: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert database is not None
     assert database.redis_url is not None
     user = f"dash-{uuid.uuid4().hex[:8]}"
     headers = {**auth, "X-User-Id": user}
-    app = make_app(
-        hooks="truncate_tool_results,summarize,compact",
-        summary_after_turns=2,
-        token_budget=900,
-        rate_limit_per_minute=40,
+    folding = make_app(
+        hooks="truncate_tool_results,summarize,compact", summary_after_turns=2, token_budget=900
     )
+    async with AsyncTestClient(folding, timeout=60) as client:
+        client.headers.update(headers)
+        for question in QUESTIONS * 2:  # folds and compactions
+            await run(client, "long", question)
+        flush(database.redis_url)  # the checkpoints are gone; the archive is not
+        await run(client, "long", QUESTIONS[0])  # a cold start
+    with fake_provider() as provider:  # a model whose memory extraction proposes personal data
+        monkeypatch.setenv("OPENAI_BASE_URL", provider.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        provider.script(
+            "Dental cover pays for fillings at 80% [dental-cover.en#2].",
+            json.dumps([{"kind": "profile", "key": "national_id", "value": "0499370899"}]),
+        )
+        async with AsyncTestClient(make_app(model="openai:fake-model"), timeout=60) as client:
+            client.headers.update(headers)
+            await run(client, "refused", "I am married. Are fillings covered?")
+    app = make_app(rate_limit_per_minute=12)
     async with AsyncTestClient(app, timeout=60) as client:
         client.headers.update(headers)
         streamed = await client.post(
@@ -95,10 +117,6 @@ async def test_every_metric_the_dashboard_names_is_served(
         assert "event: end" in streamed.text
         await run(client, "tool", "Please give me the full details of the dental cover")
         await run(client, "memory", "I am married. My national code is 0499370899; dental?")
-        for question in QUESTIONS * 2:  # folds and compactions
-            await run(client, "long", question)
-        flush(database.redis_url)  # the checkpoints are gone; the archive is not
-        await run(client, "long", QUESTIONS[0])  # a cold start
         held, release = threading.Event(), threading.Event()
         holder = client.blocking_portal.start_task_soon(
             _hold, app, f"{TENANT}:{user}:busy", held, release
@@ -115,7 +133,7 @@ async def test_every_metric_the_dashboard_names_is_served(
             release.set()
             await asyncio.to_thread(holder.result, 60)
         limited: Any = None
-        for _ in range(60):
+        for _ in range(20):
             limited = await client.post(
                 "/v1/threads/limited/runs",
                 json={"message": {"content": QUESTIONS[2]}},
