@@ -112,9 +112,15 @@ def test_the_compact_form_is_much_smaller() -> None:
 
 def test_what_the_compact_form_cannot_hold_is_written_as_the_serializer_writes_it() -> None:
     message = Custom(content=TEXT, id="custom")
-    type_, body = codec.encode(message, SERDE)
-    assert (type_, body) == SERDE.dumps_typed(message)
-    assert type(codec.decode(type_, body, SERDE)) is Custom
+    for verify in (False, True):
+        type_, body = codec.encode(message, SERDE, verify=verify)
+        assert (type_, body) == SERDE.dumps_typed(message)
+        assert type(codec.decode(type_, body, SERDE)) is Custom
+
+
+@pytest.mark.parametrize("message", messages(), ids=lambda m: f"{type(m).__name__}")
+def test_verifying_changes_nothing_for_a_message_it_holds(message: BaseMessage) -> None:
+    assert codec.encode(message, SERDE, verify=True) == codec.encode(message, SERDE)
 
 
 def test_rows_of_the_serializers_form_read_as_before() -> None:

@@ -84,7 +84,7 @@ def upgrade() -> None:
         message = serde.loads_typed((type_, body))
         if not isinstance(message, BaseMessage):
             return None
-        stored = codec.encode(message, serde)
+        stored = codec.encode(message, serde, verify=True)
         return stored if stored[0] in codec.FORMATS else None
 
     _rewrite(("msgpack",), compact)
