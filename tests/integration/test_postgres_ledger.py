@@ -352,7 +352,10 @@ async def test_rows_of_the_serializers_form_still_read_and_0006_converts_them(
     assert _types(url, "t")[:4] == ["msgpack"] * 4
     assert set(_types(url, "t")[4:]) <= set(codec.FORMATS)
 
+    with psycopg.connect(url, autocommit=True) as conn:  # a row that does not decode at all
+        conn.execute(f"INSERT INTO {TABLE} (thread_id, type, body) VALUES ('u', 'msgpack', 'x')")
     _alembic(url, "upgrade", "head")
+    assert _rows(url, "u") == [(_rows(url, "u")[0][0], b"x")], "left as it was"
     assert set(_types(url, "t")) <= set(codec.FORMATS)
     assert [seq for seq, _ in _rows(url, "t")][:4] == [seq for seq, _ in compact]
     assert _stored_refs(url, "t")[:4] == refs

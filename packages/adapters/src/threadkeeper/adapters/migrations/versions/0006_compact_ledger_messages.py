@@ -5,9 +5,10 @@ Rows of ``tk_checkpoint_messages`` written before hold each message in
 under its full name). This revision rewrites each such row that holds one message as the codec
 writes it (``tk1`` / ``tk1z``: the non-default fields, compressed when shorter), in batches,
 keeping its ``seq`` — a ``seq`` names one immutable message, and the rewritten row decodes to
-an equal message (the codec checks that for every row; a row it cannot hold exactly stays as
-it is). The ledger reads rows of either form, so a row this revision did not reach, or one a
-replica still on 0005's code writes meanwhile, still reads.
+an equal message (the codec checks that for every row; a row it cannot hold exactly, or that
+does not decode at all, stays as it is). The ledger reads rows of either form, so a row this
+revision did not reach, or one a replica still on 0005's code writes meanwhile, still reads (the
+other way round does not hold: stop every replica before migrating, docs/operations.md).
 
 ``downgrade`` writes the rows back in the serializer's form, which the code of 0005 reads.
 
@@ -81,7 +82,10 @@ def upgrade() -> None:
     serde = checkpoint_serializer()
 
     def compact(type_: str, body: bytes) -> tuple[str, bytes] | None:
-        message = serde.loads_typed((type_, body))
+        try:
+            message = serde.loads_typed((type_, body))
+        except Exception:  # a row that does not decode is left as it was (the ledger reports it)
+            return None
         if not isinstance(message, BaseMessage):
             return None
         stored = codec.encode(message, serde, verify=True)
@@ -96,7 +100,10 @@ def downgrade() -> None:
 
     serde = checkpoint_serializer()
 
-    def legacy(type_: str, body: bytes) -> tuple[str, bytes]:
-        return serde.dumps_typed(codec.decode(type_, body, serde))
+    def legacy(type_: str, body: bytes) -> tuple[str, bytes] | None:
+        try:
+            return serde.dumps_typed(codec.decode(type_, body, serde))
+        except Exception:  # as on the way up: a row that does not decode is left as it was
+            return None
 
     _rewrite(codec.FORMATS, legacy)
