@@ -10,6 +10,8 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy
+from alembic import command
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -19,8 +21,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from tests.support.postgres import fresh_schema
 from tests.support.scripted_model import ScriptedChatModel
+from threadkeeper.adapters import migrations
 from threadkeeper.adapters.atomic import AtomicSaver
-from threadkeeper.adapters.postgres import _pool
+from threadkeeper.adapters.postgres import _pool, codec, sqlalchemy_url
 from threadkeeper.adapters.postgres.ledger import (
     REFS,
     TABLE,
@@ -301,3 +304,62 @@ async def test_the_hot_lists_stay_within_the_message_cache_bound(
     assert sum(len(m) for _, m in replica.ledger._hot.values()) == replica.ledger._hot_messages
     for thread in ("t1", "t2", "t3"):  # whatever was evicted, the threads read back whole
         assert len(await Replica(pool, []).messages(thread)) == 4
+
+
+def _alembic(url: str, step: str, revision: str) -> None:
+    """``alembic upgrade|downgrade <revision>`` on the schema of ``url``."""
+    engine = sqlalchemy.create_engine(sqlalchemy_url(url))
+    try:
+        with engine.begin() as conn:
+            getattr(command, step)(migrations.config(conn), revision)
+    finally:
+        engine.dispose()
+
+
+def _types(url: str, thread_id: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        return [
+            str(r[0])
+            for r in conn.execute(
+                f"SELECT type FROM {TABLE} WHERE thread_id = %s ORDER BY seq", (thread_id,)
+            )
+        ]
+
+
+async def test_rows_of_the_serializers_form_still_read_and_0007_converts_them(
+    pool: AsyncConnectionPool[Any], url: str
+) -> None:
+    """Rows as the ledger wrote them before its compact form (``type = 'msgpack'``: what 0007's
+    downgrade writes back) read as the same messages; 0007 rewrites them compact, in place."""
+    replica = Replica(pool, ["first answer " * 20, "second answer"])
+    await replica.turn("t", "first question " * 20)
+    await replica.turn("t", "second question")
+    written = await Replica(pool, []).messages("t")
+    assert set(_types(url, "t")) <= set(codec.FORMATS)
+    compact = _rows(url, "t")
+    refs = _stored_refs(url, "t")
+
+    _alembic(url, "downgrade", "0005")
+    assert _types(url, "t") == ["msgpack"] * 4
+    legacy = _rows(url, "t")
+    assert [seq for seq, _ in legacy] == [seq for seq, _ in compact]
+    assert sum(len(b) for _, b in legacy) > sum(len(b) for _, b in compact) + 4 * 100
+    old = await Replica(pool, []).messages("t")  # a replica of this code, rows of the old form
+    assert old == written
+    assert [m.model_dump() for m in old] == [m.model_dump() for m in written]
+
+    await Replica(pool, ["third answer"]).turn("t", "third question")  # on old rows: appends
+    assert _types(url, "t")[:4] == ["msgpack"] * 4
+    assert set(_types(url, "t")[4:]) <= set(codec.FORMATS)
+
+    with psycopg.connect(url, autocommit=True) as conn:  # a row that does not decode at all
+        conn.execute(f"INSERT INTO {TABLE} (thread_id, type, body) VALUES ('u', 'msgpack', 'x')")
+    _alembic(url, "upgrade", "head")
+    assert _rows(url, "u") == [(_rows(url, "u")[0][0], b"x")], "left as it was"
+    assert set(_types(url, "t")) <= set(codec.FORMATS)
+    assert [seq for seq, _ in _rows(url, "t")][:4] == [seq for seq, _ in compact]
+    assert _stored_refs(url, "t")[:4] == refs
+    after = await Replica(pool, []).messages("t")
+    assert after[:4] == written
+    assert [m.model_dump() for m in after[:4]] == [m.model_dump() for m in written]
+    assert [m.content for m in after[4:]] == ["third question", "third answer"]

@@ -10,10 +10,18 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 
 from threadkeeper.adapters.embedded import EmbeddedBackend, open_embedded
-from threadkeeper.adapters.sql import MAX_DEPTH, record_row, run_records, run_texts
+from threadkeeper.adapters.sql import (
+    COMPRESSED_RECORD,
+    MAX_DEPTH,
+    pack_record,
+    record_row,
+    run_records,
+    run_texts,
+    unpack_record,
+)
 from threadkeeper.conformance.run_records import compact_record, record, summary_versions
 
 
@@ -55,7 +63,7 @@ async def test_summary_versions_are_deltas_and_chains_stay_short(
         assert await backend.runs.get(key, item.run_id) == item
     async with backend.runs.connect() as conn:
         raw = (await conn.execute(select(run_records.c.record).limit(1))).scalar_one()
-    assert bytes(raw).startswith(b"[2,"), "the compact shape"
+    assert unpack_record(bytes(raw)).startswith(b"[2,"), "the compact shape"
 
 
 async def test_a_record_of_the_earlier_shape_reads_as_it_was(backend: EmbeddedBackend) -> None:
@@ -106,4 +114,24 @@ async def test_a_memory_reset_leaves_no_prompt_that_held_the_memory(
         assert stored.model_calls == item.model_calls
     async with backend.runs.connect() as conn:
         blobs = (await conn.execute(select(run_records.c.record))).scalars().all()
-    assert not any(b"married" in bytes(blob) for blob in blobs)
+    assert not any(b"married" in unpack_record(bytes(blob)) for blob in blobs)
+
+
+async def test_records_are_stored_compressed_and_uncompressed_ones_still_read(
+    backend: EmbeddedBackend,
+) -> None:
+    key = "acme:u1:packed"
+    item = compact_record(key, tenant="acme", user="u1", version=1, summary="a summary")
+    await backend.runs.save(item)
+    async with backend.runs.connect() as conn:
+        blob = bytes((await conn.execute(select(run_records.c.record))).scalar_one())
+    assert blob.startswith(COMPRESSED_RECORD)
+    plain = unpack_record(blob)
+    assert plain.startswith(b"[2,")
+    assert len(blob) < len(plain)
+    assert pack_record(plain) == blob
+    async with backend.runs.begin() as conn:  # as written before records were compressed
+        await conn.execute(update(run_records).values(record=plain))
+    assert await backend.runs.get(key, item.run_id) == item
+    assert unpack_record(b"[2]") == b"[2]"
+    assert pack_record(b"[2]") == b"[2]", "kept as it is where compression would not pay"

@@ -13,6 +13,7 @@ stores the round (``insert_record``), not by ``SqlRunRecords.save``.
 from __future__ import annotations
 
 import contextlib
+import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -161,6 +162,36 @@ REVOKED = "revoked"
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(RunRecord)
 _segments = msgspec.json.Decoder(tuple[Segment, ...])
+
+COMPRESSED_RECORD = b"Z"
+"""First byte of a record blob stored compressed: the rest is the record (either shape) as
+raw deflate with ``RECORD_ZDICT`` (written when shorter; a JSON record starts with ``[`` or
+``{``, so blobs of every earlier form are told apart by their first byte)."""
+RECORD_ZDICT = (
+    b'{"message":{"id":"lc_run--","role":"ai","content":"","citations":[{"chunk_id":"",'
+    b'"doc_id":"","title":""}]},"usage":{"input_tokens":0,"output_tokens":0,'
+    b'"source":"provider"},"source":"counted"},"handoff_context":{"conversation_summary":"",'
+    b'"profile":[],"recent_messages":[]},"answered","clarifying","escalate","o200k_base",'
+    b'"estimate",[[-1,1]],null,true,false'
+)
+"""Deflate's preset dictionary for compressed records: the keys and values every record's
+JSON repeats. Part of the stored format — never edit it (a new dictionary needs a new first
+byte)."""
+
+
+def pack_record(raw: bytes) -> bytes:
+    """A record's blob: ``raw`` (its JSON), compressed when that is shorter."""
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, RECORD_ZDICT)
+    squeezed = COMPRESSED_RECORD + deflate.compress(raw) + deflate.flush()
+    return squeezed if len(squeezed) < len(raw) else raw
+
+
+def unpack_record(blob: bytes) -> bytes:
+    """The JSON of a record's blob (``pack_record``; a blob stored uncompressed as it is)."""
+    if not blob.startswith(COMPRESSED_RECORD):
+        return blob
+    inflate = zlib.decompressobj(-15, RECORD_ZDICT)
+    return inflate.decompress(blob[1:]) + inflate.flush()
 
 
 def _aware(value: datetime) -> datetime:
@@ -313,7 +344,7 @@ async def stored_form(
         message_id_given=record.message_id_given,
         response_whole=whole,
     )
-    return _encoder.encode(stored)
+    return pack_record(_encoder.encode(stored))
 
 
 async def record_row(conn: AsyncConnection, record: RunRecord) -> dict[str, Any]:
@@ -393,7 +424,7 @@ _ROW = (
 
 async def decode_record(conn: AsyncConnection, row: Any) -> RunRecord:
     """A stored record (a row of ``_ROW``), of either shape, with its texts."""
-    raw = bytes(row.record)
+    raw = unpack_record(bytes(row.record))
     if not raw.startswith(b"["):
         return _decoder.decode(raw)
     stored = _stored.decode(raw)
@@ -715,7 +746,7 @@ class SqlRunRecords(SqlAccess, RunRecords):
                 if redacted is record:
                     continue
                 prompt = None
-                if bytes(row.record).startswith(b"["):  # its prompt is a text: redact in place
+                if unpack_record(bytes(row.record)).startswith(b"["):  # prompt a text: redact it
                     prompt = text_digest(record.system_prompt)
                     prompts[(row.thread_key, prompt)] = redacted.system_prompt
                 await conn.execute(

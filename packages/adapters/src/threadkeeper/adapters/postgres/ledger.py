@@ -6,7 +6,8 @@ write volume grow with the thread (docs/storage-postgres.md). ``MessageLedger`` 
 Postgres saver and changes only how that one channel is stored:
 
 - ``aput``: each message of the list that is not already stored with the same content goes to
-  ``tk_checkpoint_messages`` (one row per message version, ``seq`` from a sequence); the
+  ``tk_checkpoint_messages`` (one row per message version, ``seq`` from a sequence, the
+  message in the compact form of ``postgres.codec``: its non-default fields); the
   checkpoint's blob for the channel holds ``{"tk_message_refs": [seq, …]}`` instead of the
   messages. A turn writes its own new messages and a list of integers.
 - ``aget_tuple`` / ``alist``: refs are resolved back into the message list — from an
@@ -51,6 +52,9 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
+
+from threadkeeper.adapters.postgres.codec import decode as decode_row
+from threadkeeper.adapters.postgres.codec import encode as encode_row
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +183,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
                 )
                 rows: list[Any] = await cursor.fetchall()
             for row in rows:
-                message = self.serde.loads_typed((row["type"], bytes(row["body"])))
+                message = decode_row(row["type"], bytes(row["body"]), self.serde)
                 found[int(row["seq"])] = message
             absent = [s for s in missing if s not in found]
             if absent:
@@ -242,7 +246,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
             types: list[str] = []
             bodies: list[bytes] = []
             for _, message in new:
-                type_, body = self.serde.dumps_typed(message)
+                type_, body = encode_row(message, self.serde)
                 types.append(type_)
                 bodies.append(body)
             insert = (
