@@ -159,8 +159,9 @@ class HealingRedisSaver(AsyncRedisSaver):
         )
 
     async def thread_keys(self, thread_id: str) -> list[str]:
-        """The Redis keys holding the thread: its checkpoints and their latest pointers, its
-        writes and their registry sets, found as ``adelete_thread`` finds them — through the
+        """The Redis keys that hold the thread: its checkpoints and their latest pointers, its
+        writes and their registry sets (a checkpoint's set exists only once it has writes:
+        the name is listed either way), found as ``adelete_thread`` finds them — through the
         checkpoint and write indexes by the thread's tag (no ``SCAN`` of the keyspace)."""
         return await self._healing(lambda: self._thread_keys(thread_id))
 
