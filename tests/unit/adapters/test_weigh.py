@@ -20,6 +20,7 @@ async def test_rows_are_weighed_by_thread_and_kind(tmp_path: Path) -> None:
             await conn.execute(text("CREATE TABLE tk_feedback (thread_key TEXT, comment TEXT)"))
             await conn.execute(text("CREATE TABLE tk_run_claims (thread_key TEXT, token TEXT)"))
             await conn.execute(text("CREATE TABLE other_keyed (thread_key TEXT, x TEXT)"))
+            await conn.execute(text("CREATE TABLE tk_new_ledger (thread_id TEXT, b BLOB)"))
             await conn.execute(text("CREATE TABLE unkeyed (prefix TEXT)"))
             await conn.execute(
                 text("INSERT INTO checkpoints VALUES ('t', x'00010203'), ('u', x'00')")
@@ -27,6 +28,7 @@ async def test_rows_are_weighed_by_thread_and_kind(tmp_path: Path) -> None:
             await conn.execute(text("INSERT INTO tk_feedback VALUES ('t', 'گل')"))
             await conn.execute(text("INSERT INTO tk_run_claims VALUES ('t', 'token')"))
             await conn.execute(text("INSERT INTO other_keyed VALUES ('t', 'ab')"))
+            await conn.execute(text("INSERT INTO tk_new_ledger VALUES ('t', x'0102')"))
         async with engine.connect() as conn:
             names = {t.name: t.key for t in await keyed_tables(conn)}
             assert names == {
@@ -34,6 +36,7 @@ async def test_rows_are_weighed_by_thread_and_kind(tmp_path: Path) -> None:
                 "tk_feedback": "thread_key",
                 "tk_run_claims": "thread_key",
                 "other_keyed": "thread_key",
+                "tk_new_ledger": "thread_id",
             }
             weigher = ThreadWeigher()
             weights = await weigher.weights(conn, "t")
@@ -44,7 +47,10 @@ async def test_rows_are_weighed_by_thread_and_kind(tmp_path: Path) -> None:
             assert usage.checkpoints == 1 + 4 + ROW_OVERHEAD
             assert usage.feedback == 1 + 4 + ROW_OVERHEAD
             assert usage.run_records == 1 + 2 + ROW_OVERHEAD  # an unknown thread_key table
-            assert usage.total == usage.checkpoints + usage.feedback + usage.run_records
+            assert usage.messages == 1 + 2 + ROW_OVERHEAD  # threadkeeper's, keyed by thread_id
+            assert usage.total == sum(
+                (usage.checkpoints, usage.feedback, usage.run_records, usage.messages)
+            )
             assert (await weigher.usage(conn, "nobody")).total == 0
     finally:
         await engine.dispose()
@@ -79,4 +85,6 @@ def test_kinds_of_statements() -> None:
     assert written.kind_of("UPDATE chat_summaries SET x = 1") == "archive"
     assert written.kind_of("INSERT INTO tk_run_claims VALUES (1)") is None
     assert written.kind_of("SELECT 1") is None
+    assert written.kind_of("INSERT INTO tk_new (a) VALUES (1)") is None
+    assert written.kind_of("INSERT INTO tk_new (a) VALUES (1)", unknown="messages") == "messages"
     assert written.value_bytes(["ab", b"c", 5, None, {"k": "é"}]) == 2 + 1 + 8 + 0 + 2

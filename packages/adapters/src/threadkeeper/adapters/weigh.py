@@ -62,7 +62,15 @@ ledger); a keyed table none names is counted by its key column (``FALLBACK_KINDS
 
 FALLBACK_KINDS = {"thread_id": "checkpoints", "thread_key": "run_records"}
 """A table keyed by ``thread_id`` belongs to the checkpoint state (LangGraph's savers key
-rows so); one keyed by ``thread_key`` is threadkeeper's record of the thread."""
+rows so) — threadkeeper's own such tables (``tk_*``: the message ledger's) to ``messages``;
+one keyed by ``thread_key`` is threadkeeper's record of the thread."""
+
+
+def fallback_kind(table: KeyedTable) -> str:
+    """The kind of a keyed table no map names (``FALLBACK_KINDS``)."""
+    if table.key == "thread_id" and table.name.startswith("tk_"):
+        return "messages"
+    return FALLBACK_KINDS[table.key]
 
 
 @dataclass(frozen=True)
@@ -177,7 +185,7 @@ def usage_of(
     column, ``FALLBACK_KINDS``), plus ``extra`` bytes by kind (what is kept outside SQL)."""
     sizes: dict[str, int] = dict(extra or {})
     for table in tables:
-        kind = kinds.get(table.name, FALLBACK_KINDS[table.key])
+        kind = kinds[table.name] if table.name in kinds else fallback_kind(table)
         if kind is None:
             continue
         sizes[kind] = sizes.get(kind, 0) + weights[table.name].bytes

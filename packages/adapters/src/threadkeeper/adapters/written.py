@@ -78,12 +78,16 @@ def add(kind: str, size: int) -> None:
         counts[kind] = counts.get(kind, 0) + size
 
 
-def kind_of(statement: str, kinds: Mapping[str, str | None] = TABLE_KINDS) -> str | None:
-    """The kind a statement writes (``None``: it writes nothing counted)."""
+def kind_of(
+    statement: str, kinds: Mapping[str, str | None] = TABLE_KINDS, unknown: str | None = None
+) -> str | None:
+    """The kind a statement writes (``None``: it writes nothing counted); ``unknown``: the
+    kind of a table ``kinds`` does not name."""
     found = _WRITE.match(statement)
     if found is None:
         return None
-    return kinds.get(found.group(1).lower())
+    table = found.group(1).lower()
+    return kinds.get(table, unknown)
 
 
 def count_statement(
@@ -92,12 +96,13 @@ def count_statement(
     *,
     many: bool = False,
     kinds: Mapping[str, str | None] = TABLE_KINDS,
+    unknown: str | None = None,
 ) -> None:
     """Add a statement's parameters to the running count (``many``: a sequence of
-    parameter sets)."""
+    parameter sets; ``unknown``: the kind of a table ``kinds`` does not name)."""
     if not counting():
         return
-    kind = kind_of(statement, kinds)
+    kind = kind_of(statement, kinds, unknown)
     if kind is None:
         return
     rows: Iterable[Any] = parameters if many else (parameters,)

@@ -32,16 +32,17 @@ log = logging.getLogger(__name__)
 def counting_cursor(kinds: Mapping[str, str | None]) -> type[AsyncCursor[Any]]:
     """A psycopg cursor class that adds the parameters of what it executes to the round's
     count (``adapters.written``): the saver's and the ledger's statements on the round's
-    own connection, which SQLAlchemy's events do not see."""
+    own connection, which SQLAlchemy's events do not see. A table ``kinds`` does not name is
+    the ledger's (``messages``): LangGraph's are named."""
 
     class CountingCursor(AsyncCursor[Any]):
         async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            count_statement(_text(query), params, kinds=kinds)
+            count_statement(_text(query), params, kinds=kinds, unknown="messages")
             return await super().execute(query, params, **kwargs)
 
         async def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
             params_seq = list(params_seq)
-            count_statement(_text(query), params_seq, many=True, kinds=kinds)
+            count_statement(_text(query), params_seq, many=True, kinds=kinds, unknown="messages")
             await super().executemany(query, params_seq, **kwargs)
 
     return CountingCursor
