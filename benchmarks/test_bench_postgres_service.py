@@ -6,21 +6,24 @@ service's graph carries more per turn: threadkeeper's middleware channels (``mem
 run record per run. This benchmark drives the real app (``create_app``, JSON-mode runs
 through Litestar's test client, builtin model, the default hooks — the rolling summary from
 turn 21) on a fresh migrated schema, one thread per arm, feedback on every tenth run, and
-weighs **every row keyed by the thread in every table of the schema** (each table with a
-``thread_id`` or ``thread_key`` column; memory is keyed by user, not thread, and is left out):
+weighs it as ``GET /v1/threads/{thread_id}/storage`` does — the backend's
+``storage_usage`` and ``table_weights`` (``threadkeeper.adapters.weigh``): **every row keyed by
+the thread in every table of the schema** (each table with a ``thread_id`` or ``thread_key``
+column; memory is keyed by user, not thread, and is left out; so is the run claim, the
+thread's lock row):
 
 * bytes of a table — Σ over the thread's rows of ``octet_length`` of every column (``jsonb``
   as text; ``pg_column_size`` for fixed-width types), + 28 bytes per row;
-* ``bytes_by_kind`` — the tables by kind: ``checkpoints`` (``checkpoints``,
+* ``bytes_by_kind`` — the endpoint's kinds: ``checkpoints`` (``checkpoints``,
   ``checkpoint_blobs``, ``checkpoint_writes``), ``messages`` (the ledger,
-  ``tk_checkpoint_messages``), ``run_records`` (``tk_run_records``), ``run_texts`` (the
-  summaries, prompts and memory-key lists records name by digest, ``tk_run_texts``),
-  ``archive`` (``chat_messages``, ``chat_summaries``: empty on this profile), ``feedback``
-  (``tk_feedback``), ``audit`` (``tool_invocations``), ``claims`` (``tk_run_claims``);
+  ``tk_checkpoint_messages``), ``run_records`` (``tk_run_records`` and ``tk_run_texts``, the
+  summaries, prompts and memory-key lists records name by digest), ``archive``
+  (``chat_messages``, ``chat_summaries``: empty on this profile), ``audit``
+  (``tool_invocations``), ``feedback`` (``tk_feedback``); ``bytes_by_table`` each table;
 * ``transcript_bytes`` — UTF-8 bytes of the messages ``GET /messages`` serves (all pages);
   ``storage_ratio`` = all of it ÷ ``transcript_bytes`` (DESIGN's ≤ 2× target, now on
   everything kept per thread); ``state_ratio`` = checkpoints + messages only (the earlier
-  figure); ``records_ratio`` = run records + run texts; ``uncompressed_ratio`` = as
+  figure); ``records_ratio`` = run records (with their texts); ``uncompressed_ratio`` = as
   ``storage_ratio`` with the bodies threadkeeper deflates (ledger rows, run records) counted
   inflated — the figure for text that does not compress at all.
 
@@ -49,53 +52,18 @@ from benchmarks.conftest import BenchSize, chat_text
 from tests.api.conftest import TENANT, USER, Servers, headers_for, settings_for
 from tests.support.postgres import fresh_schema
 from threadkeeper.adapters.postgres import codec
+from threadkeeper.adapters.postgres.backend import open_postgres
 from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
 from threadkeeper.adapters.sql import unpack_record
+from threadkeeper.adapters.weigh import TableWeight
 from threadkeeper.app.application import create_app
+from threadkeeper.domain.storage import StorageUsage
 from threadkeeper.domain.threads import ThreadRef
 
 TURNS = {"reduced": 50, "full": 200}
-KINDS = {
-    "checkpoints": "checkpoints",
-    "checkpoint_blobs": "checkpoints",
-    "checkpoint_writes": "checkpoints",
-    LEDGER: "messages",
-    "tk_run_records": "run_records",
-    "tk_run_texts": "run_texts",
-    "chat_messages": "archive",
-    "chat_summaries": "archive",
-    "tk_feedback": "feedback",
-    "tool_invocations": "audit",
-    "tk_run_claims": "claims",
-}
-ROW_OVERHEAD = 28
 STORAGE_TARGET = 2.0
 RECORDS_TARGET = 1.3
 FEEDBACK_EVERY = 10
-
-
-def _weigh(conn: psycopg.Connection[Any], table: str, column: str, key: str) -> tuple[int, int]:
-    """(rows, bytes) of ``table``'s rows for ``key`` (octet_length of every column)."""
-    columns = conn.execute(
-        "SELECT column_name, data_type FROM information_schema.columns "
-        "WHERE table_name = %s AND table_schema = current_schema()",
-        (table,),
-    ).fetchall()
-    logical = " + ".join(
-        f"coalesce(octet_length(t.{name}::text), 0)"
-        if kind == "jsonb"
-        else f"coalesce(octet_length(t.{name}), 0)"
-        if kind in ("bytea", "text", "character varying")
-        else f"coalesce(pg_column_size(t.{name}), 0)"
-        for name, kind in columns
-    )
-    row = conn.execute(
-        f"SELECT count(*), coalesce(sum({logical} + {ROW_OVERHEAD}), 0) "
-        f"FROM {table} t WHERE {column} = %s",
-        (key,),
-    ).fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
 
 
 async def _conversation(url: str, thread: str, turns: int, message_bytes: int) -> int:
@@ -130,14 +98,11 @@ async def _conversation(url: str, thread: str, turns: int, message_bytes: int) -
                     return served
 
 
-def weigh_thread(conn: psycopg.Connection[Any], key: str) -> dict[str, tuple[int, int]]:
-    """(rows, bytes) of the thread in every table of the schema keyed by thread."""
-    keyed = conn.execute(
-        "SELECT table_name, column_name FROM information_schema.columns "
-        "WHERE table_schema = current_schema() AND column_name IN ('thread_id', 'thread_key') "
-        "AND table_name NOT LIKE 'pg_%%' ORDER BY table_name"
-    ).fetchall()
-    return {table: _weigh(conn, table, column, key) for table, column in keyed}
+async def weigh_thread(url: str, key: str) -> tuple[StorageUsage, dict[str, TableWeight]]:
+    """What ``GET /v1/threads/{thread_id}/storage`` answers for the thread, and (rows, bytes)
+    of every table keyed by thread: the backend's own weighing (``adapters.weigh``)."""
+    async with open_postgres(url) as backend:
+        return await backend.storage_usage(key), await backend.table_weights(key)
 
 
 def inflated(conn: psycopg.Connection[Any], key: str) -> int:
@@ -152,17 +117,6 @@ def inflated(conn: psycopg.Connection[Any], key: str) -> int:
     for (blob,) in conn.execute("SELECT record FROM tk_run_records WHERE thread_key = %s", (key,)):
         extra += len(unpack_record(bytes(blob))) - len(blob)
     return extra
-
-
-def by_kind(weights: dict[str, tuple[int, int]]) -> tuple[dict[str, int], dict[str, int]]:
-    """(rows, bytes) summed by kind (``KINDS``; an unknown table under its own name)."""
-    rows: dict[str, int] = {}
-    size: dict[str, int] = {}
-    for table, (count, weight) in weights.items():
-        kind = KINDS.get(table, table)
-        rows[kind] = rows.get(kind, 0) + count
-        size[kind] = size.get(kind, 0) + weight
-    return rows, size
 
 
 @pytest.mark.parametrize("message_bytes", [950, 300])
@@ -180,14 +134,15 @@ def test_postgres_service_storage(benchmark, size: BenchSize, message_bytes: int
             rounds=1,
             iterations=1,
         )
+        usage, weights = asyncio.run(weigh_thread(url, key))
         with psycopg.connect(url) as conn:
-            weights = weigh_thread(conn, key)
             extra = inflated(conn, key)
     served = transcript[0]
-    rows, kinds = by_kind(weights)
-    stored = sum(kinds.values())
-    state = kinds.get("checkpoints", 0) + kinds.get("messages", 0)
-    records = kinds.get("run_records", 0) + kinds.get("run_texts", 0)
+    kinds = usage.by_kind()
+    stored = usage.total
+    state = usage.checkpoints + usage.messages
+    records = usage.run_records  # the records and the texts they name
+    rows = {table: weight.rows for table, weight in weights.items()}
     ratio = stored / served
     benchmark.extra_info.update(
         role="measurement",
@@ -201,12 +156,13 @@ def test_postgres_service_storage(benchmark, size: BenchSize, message_bytes: int
         records_ratio=round(records / served, 2),
         bytes_by_kind=kinds,
         ratio_by_kind={kind: round(weight / served, 3) for kind, weight in kinds.items()},
+        bytes_by_table={table: weight.bytes for table, weight in weights.items()},
         rows=rows,
     )
-    assert weights["checkpoints"][0] == 1  # pruned to the newest after every run
-    assert rows["messages"] >= 2 * turns  # each message stored once
-    assert rows["feedback"] == turns // FEEDBACK_EVERY
-    assert rows["run_records"] == turns
+    assert rows["checkpoints"] == 1  # pruned to the newest after every run
+    assert rows[LEDGER] >= 2 * turns  # each message stored once
+    assert rows["tk_feedback"] == turns // FEEDBACK_EVERY
+    assert rows["tk_run_records"] == turns
     if message_bytes == 950:
         if records / served > RECORDS_TARGET:  # not an AssertionError: never "expected"
             pytest.fail(f"records_ratio above {RECORDS_TARGET}: {benchmark.extra_info}")

@@ -112,6 +112,7 @@ from threadkeeper.adapters.atomic import AtomicSaver
 from threadkeeper.adapters.postgres.ledger import DDL as LEDGER_DDL
 from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER_TABLE
 from threadkeeper.adapters.postgres.ledger import MessageLedger
+from threadkeeper.adapters.weigh import ROW_OVERHEAD, logical_bytes
 
 DSN = os.environ.get("THREADKEEPER_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TURNS = {"reduced": 50, "full": 200}
@@ -119,7 +120,6 @@ MESSAGE_BYTES = 950
 BLOG_KEEP = 20
 TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", LEDGER_TABLE)
 NEVER = 10**9  # a snapshot_frequency no thread here reaches
-ROW_OVERHEAD = 28  # heap tuple header (23 bytes, aligned to 24) + 4-byte line pointer
 
 
 # -- the conversation ---------------------------------------------------------------------------
@@ -370,14 +370,7 @@ async def _stored(pool: AsyncConnectionPool, schema: str, thread_id: str) -> dic
                 (schema, table),
             )
             columns = [(r["column_name"], r["data_type"]) for r in await cur.fetchall()]
-            logical = " + ".join(
-                f"coalesce(octet_length(t.{name}::text), 0)"
-                if kind == "jsonb"
-                else f"coalesce(octet_length(t.{name}), 0)"
-                if kind in ("bytea", "text")
-                else f"coalesce(pg_column_size(t.{name}), 0)"
-                for name, kind in columns
-            )
+            logical = logical_bytes("postgresql", columns)  # as the storage endpoint counts
             stored = " + ".join(f"coalesce(pg_column_size(t.{name}), 0)" for name, _ in columns)
             await cur.execute(
                 f"""

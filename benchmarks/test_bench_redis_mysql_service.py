@@ -6,18 +6,22 @@ runs through Litestar's test client, builtin model, the profile's default hooks
 flushed before each arm) and a fresh migrated MariaDB database, one thread per arm, feedback
 on every tenth run. Weighed:
 
+Weighed as ``GET /v1/threads/{thread_id}/storage`` weighs it (the backend's
+``storage_usage``, ``table_weights`` and ``saver.thread_bytes``; ``threadkeeper.adapters.weigh``):
+
 * MySQL — **every row keyed by the thread in every table of the database** (each table with a
-  ``thread_key`` column; memory is keyed by user and is left out): Σ ``LENGTH`` (bytes) of
-  every column + 28 bytes per row, by kind: ``archive`` (``chat_messages``,
-  ``chat_summaries``), ``audit`` (``tool_invocations``), ``run_records``
-  (``tk_run_records``), ``run_texts`` (``tk_run_texts``), ``feedback`` (``tk_feedback``),
-  ``claims`` (``tk_run_claims``). ``storage_ratio`` = all of it ÷ ``transcript_bytes`` (UTF-8
-  bytes of the messages ``GET /messages`` serves); ``records_ratio`` = run records + texts;
+  ``thread_key`` column; memory is keyed by user and is left out, so is the run claim, the
+  thread's lock row): Σ ``LENGTH`` (bytes) of every column + 28 bytes per row, by kind:
+  ``archive`` (``chat_messages``, ``chat_summaries``), ``audit`` (``tool_invocations``),
+  ``run_records`` (``tk_run_records`` and ``tk_run_texts``), ``feedback`` (``tk_feedback``).
+  ``storage_ratio`` = all of it ÷ ``transcript_bytes`` (UTF-8 bytes of the messages
+  ``GET /messages`` serves); ``records_ratio`` = run records (with their texts);
   ``uncompressed_ratio`` = as ``storage_ratio`` with the run records (stored deflated)
   counted inflated.
-* Redis — Σ ``MEMORY USAGE key SAMPLES 0`` over the thread's keys (``redis_bytes``, and how
-  many keys): bounded by the token budget whatever the thread's length
-  (``test_bench_redis_storage``), so not in the ratio.
+* Redis — Σ ``MEMORY USAGE key SAMPLES 0`` over the thread's keys, found through the saver's
+  indexes (``redis_bytes``, and how many keys): bounded by the token budget whatever the
+  thread's length (``test_bench_redis_storage``), so not in the ratio (the endpoint counts it
+  under ``checkpoints``: ``endpoint_bytes``).
 
 Arms: ~950- and ~300-byte human messages. Reduced: 50 turns; full: 200. Gates (asserted, at
 every size, 950-byte arm): exactly two Redis keys, and ``storage_ratio ≤ 2.0`` (1.96× at 50
@@ -42,21 +46,14 @@ from benchmarks.conftest import BenchSize, chat_text
 from tests.api.conftest import TENANT, USER, Servers, headers_for, settings_for
 from tests.support.mysql import fresh_database, query
 from tests.support.redis_stack import PrivateRedis, private_redis
+from threadkeeper.adapters.redis_mysql.backend import open_redis_mysql
 from threadkeeper.adapters.sql import unpack_record
+from threadkeeper.adapters.weigh import TableWeight
 from threadkeeper.app.application import create_app
+from threadkeeper.domain.storage import StorageUsage
 from threadkeeper.domain.threads import ThreadRef
 
 TURNS = {"reduced": 50, "full": 200}
-KINDS = {
-    "chat_messages": "archive",
-    "chat_summaries": "archive",
-    "tool_invocations": "audit",
-    "tk_run_records": "run_records",
-    "tk_run_texts": "run_texts",
-    "tk_feedback": "feedback",
-    "tk_run_claims": "claims",
-}
-ROW_OVERHEAD = 28
 STORAGE_TARGET = 2.0
 FEEDBACK_EVERY = 10
 
@@ -67,40 +64,18 @@ def redis_server() -> Iterator[PrivateRedis]:
         yield server
 
 
-def weigh_thread(url: str, key: str) -> dict[str, tuple[int, int]]:
-    """(rows, bytes) of the thread in every table of the database keyed by thread."""
-    keyed = query(
-        url,
-        "SELECT table_name FROM information_schema.columns "
-        "WHERE table_schema = DATABASE() AND column_name = 'thread_key' ORDER BY table_name",
-    )
-    out: dict[str, tuple[int, int]] = {}
-    for (table,) in keyed:
-        columns = query(
-            url,
-            "SELECT column_name FROM information_schema.columns "
-            "WHERE table_schema = DATABASE() AND table_name = %s",
-            (table,),
+async def weigh_thread(
+    redis_url: str, mysql_url: str, key: str
+) -> tuple[StorageUsage, dict[str, TableWeight], tuple[int, int]]:
+    """What ``GET /v1/threads/{thread_id}/storage`` answers for the thread, (rows, bytes) of
+    every MySQL table keyed by thread, and (keys, bytes) of the thread in Redis: the
+    backend's own weighing (``adapters.weigh``, ``HealingRedisSaver.thread_bytes``)."""
+    async with open_redis_mysql(redis_url, mysql_url) as backend:
+        return (
+            await backend.storage_usage(key),
+            await backend.table_weights(key),
+            await backend.saver.thread_bytes(key),
         )
-        logical = " + ".join(f"coalesce(length(`{c}`), 0)" for (c,) in columns)
-        ((rows, size),) = query(
-            url,
-            f"SELECT count(*), coalesce(sum({logical} + {ROW_OVERHEAD}), 0) "
-            f"FROM `{table}` WHERE thread_key = %s",
-            (key,),
-        )
-        out[str(table)] = (int(rows), int(size))
-    return out
-
-
-def redis_bytes(url: str, key: str) -> tuple[int, int]:
-    """(keys, bytes) of the thread in Redis."""
-    client = redis.Redis.from_url(url)
-    try:
-        names = [k for k in client.scan_iter(count=1000) if key.encode() in k]
-        return len(names), sum(int(client.memory_usage(k, samples=0) or 0) for k in names)
-    finally:
-        client.close()
 
 
 async def _conversation(servers: Servers, thread: str, turns: int, message_bytes: int) -> int:
@@ -158,7 +133,7 @@ def test_redis_mysql_service_storage(  # type: ignore[no-untyped-def]
             rounds=1,
             iterations=1,
         )
-        weights = weigh_thread(url, key)
+        usage, weights, (keys, in_redis) = asyncio.run(weigh_thread(redis_server.url, url, key))
         extra = sum(
             len(unpack_record(bytes(blob))) - len(blob)
             for (blob,) in query(
@@ -166,15 +141,11 @@ def test_redis_mysql_service_storage(  # type: ignore[no-untyped-def]
             )
         )
     served = transcript[0]
-    rows: dict[str, int] = {}
-    kinds: dict[str, int] = {}
-    for table, (count, weight) in weights.items():
-        kind = KINDS.get(table, table)
-        rows[kind] = rows.get(kind, 0) + count
-        kinds[kind] = kinds.get(kind, 0) + weight
+    kinds = usage.by_kind()
+    kinds["checkpoints"] -= in_redis  # the MySQL figures: Redis is bounded, not in the ratio
     stored = sum(kinds.values())
-    records = kinds.get("run_records", 0) + kinds.get("run_texts", 0)
-    keys, in_redis = redis_bytes(redis_server.url, key)
+    records = usage.run_records  # the records and the texts they name
+    rows = {table: weight.rows for table, weight in weights.items()}
     ratio = stored / served
     benchmark.extra_info.update(
         role="measurement",
@@ -187,13 +158,16 @@ def test_redis_mysql_service_storage(  # type: ignore[no-untyped-def]
         records_ratio=round(records / served, 2),
         bytes_by_kind=kinds,
         ratio_by_kind={kind: round(weight / served, 3) for kind, weight in kinds.items()},
+        bytes_by_table={table: weight.bytes for table, weight in weights.items()},
         rows=rows,
         redis_keys=keys,
         redis_bytes=in_redis,
+        endpoint_bytes=usage.by_kind(),
     )
-    assert rows["archive"] >= 2 * turns  # human + answer per round (+ the summary row)
-    assert rows["run_records"] == turns
-    assert rows["feedback"] == turns // FEEDBACK_EVERY
+    assert usage.checkpoints >= in_redis > 0
+    assert rows["chat_messages"] >= 2 * turns  # human + answer per round
+    assert rows["tk_run_records"] == turns
+    assert rows["tk_feedback"] == turns // FEEDBACK_EVERY
     if message_bytes == 950:
         assert keys == 2, "one checkpoint and its latest pointer"
         assert ratio <= STORAGE_TARGET, benchmark.extra_info

@@ -389,6 +389,59 @@ async def test_a_thread_id_is_scoped_to_its_user_and_tenant(client: Client) -> N
         assert response.status_code == 404
 
 
+KEPT = {
+    "embedded": {"checkpoints", "run_records", "feedback"},
+    "postgres": {"checkpoints", "messages", "run_records", "feedback"},
+    "redis-mysql": {"checkpoints", "run_records", "archive", "feedback"},
+}
+"""The kinds each profile keeps for a thread of plain answers with feedback (redis-mysql's
+audit needs a tool call, which the builtin model does not make)."""
+
+
+async def test_a_threads_storage_by_kind(client: Client, profile: str) -> None:
+    name = thread()
+    first = await run(client, name, DENTAL)
+    noted = await client.post(
+        f"/v1/threads/{name}/runs/{first['run_id']}/feedback", json={"score": 1}
+    )
+    assert noted.status_code == 204
+    response = await client.get(f"/v1/threads/{name}/storage")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body) == {"thread_id", "bytes", "total"}
+    assert body["thread_id"] == name
+    sizes = body["bytes"]
+    assert list(sizes) == ["checkpoints", "messages", "run_records", "archive", "audit", "feedback"]
+    assert {kind for kind, size in sizes.items() if size > 0} == KEPT[profile]
+    assert body["total"] == sum(sizes.values())
+    await run(client, name, "How do I file a claim?")
+    grown = (await client.get(f"/v1/threads/{name}/storage")).json()
+    assert grown["total"] > body["total"]
+    assert grown["bytes"]["run_records"] > sizes["run_records"]
+
+
+async def test_a_threads_storage_is_404_for_an_unknown_or_someone_elses_thread(
+    client: Client,
+) -> None:
+    name = thread()
+    unknown = await client.get(f"/v1/threads/{name}/storage")
+    assert unknown.status_code == 404
+    assert unknown.headers["content-type"].startswith("application/problem+json")
+    await run(client, name, DENTAL)
+    assert (await client.get(f"/v1/threads/{name}/storage")).status_code == 200
+    for headers in (
+        {"X-Tenant-Id": TENANT, "X-User-Id": "intruder"},
+        {"X-Tenant-Id": "other-tenant", "X-User-Id": USER},
+    ):
+        theirs = await client.get(f"/v1/threads/{name}/storage", headers=headers)
+        assert theirs.status_code == 404
+        assert theirs.json() == unknown.json()
+    assert (await client.delete(f"/v1/threads/{name}")).status_code == 204
+    gone = await client.get(f"/v1/threads/{name}/storage")
+    assert gone.status_code == 404
+    assert gone.json() == unknown.json()
+
+
 async def test_ops_routes_need_no_headers(make_app: AppFactory, profile: str) -> None:
     async with AsyncTestClient(make_app(), timeout=30) as client:
         assert (await client.get("/health/live")).status_code == 200

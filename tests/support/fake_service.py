@@ -30,6 +30,7 @@ from threadkeeper.app.service import (
 from threadkeeper.domain.errors import MessageTooLarge, ThreadBusy, UnknownThread
 from threadkeeper.domain.retention import ErasureReceipt
 from threadkeeper.domain.runs import UnknownRun
+from threadkeeper.domain.storage import StorageUsage
 from threadkeeper.domain.threads import ThreadRef
 from threadkeeper.domain.transcript import (
     Citation,
@@ -283,6 +284,18 @@ class FakeThreadService:
         if thread is None or not thread.messages:
             raise UnknownThread(thread_id)
         return page_messages(thread.messages, limit=limit, before=before)
+
+    async def storage(self, caller: Caller, thread_id: str) -> StorageUsage:
+        """Bytes of the thread's messages as UTF-8 (``messages``) and 64 per run record."""
+        self.calls.append(("storage", (caller, thread_id)))
+        thread = self.thread(caller, thread_id)
+        if thread is None or not thread.messages:
+            raise UnknownThread(thread_id)
+        return StorageUsage(
+            checkpoints=sum(len(m.content.encode()) for m in thread.messages),
+            run_records=64 * len(thread.runs),
+            feedback=16 * len(thread.feedback),
+        )
 
     async def delete_thread(self, caller: Caller, thread_id: str) -> None:
         self.calls.append(("delete_thread", (caller, thread_id)))

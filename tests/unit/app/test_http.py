@@ -1036,6 +1036,68 @@ async def test_messages_default_to_20_and_allow_1_to_100(
     assert [c[1][2:] for c in service.calls] == [(20, None), (1, None), (100, None)]
 
 
+# --- GET /v1/threads/{thread_id}/storage --------------------------------------------------------
+
+
+async def test_storage_answers_the_bytes_by_kind_and_their_total(
+    client: AsyncTestClient[Litestar], service: FakeThreadService
+) -> None:
+    service.seed_thread(CALLER, "t1", turns=2)  # question 1, answer 1, …: 36 bytes; 2 runs
+    response = await client.get("/v1/threads/t1/storage", headers=headers())
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith(JSON)
+    assert response.json() == {
+        "thread_id": "t1",
+        "bytes": {
+            "checkpoints": 36,
+            "messages": 0,
+            "run_records": 128,
+            "archive": 0,
+            "audit": 0,
+            "feedback": 0,
+        },
+        "total": 164,
+    }
+    assert service.calls == [("storage", (CALLER, "t1"))]
+
+
+async def test_storage_of_an_unknown_or_someone_elses_thread_is_the_same_404(
+    client: AsyncTestClient[Litestar], service: FakeThreadService
+) -> None:
+    service.seed_thread(Caller("acme", "u2"), "theirs", turns=1)
+    unknown = await client.get("/v1/threads/nothing/storage", headers=headers())
+    theirs = await client.get("/v1/threads/theirs/storage", headers=headers())
+    messages = await client.get("/v1/threads/theirs/messages", headers=headers())
+    for response in (unknown, theirs, messages):
+        assert_problem(response, 404, "unknown-thread")
+    assert theirs.json() == unknown.json() == messages.json()
+
+
+async def test_storage_refuses_an_invalid_thread_id(
+    client: AsyncTestClient[Litestar], service: FakeThreadService
+) -> None:
+    response = await client.get("/v1/threads/has%20space/storage", headers=headers())
+    assert_invalid(response, "thread_id", "path")
+    assert service.calls == []
+
+
+def test_openapi_describes_the_storage_route(openapi: dict[str, Any]) -> None:
+    operation = openapi["paths"]["/v1/threads/{thread_id}/storage"]["get"]
+    assert {"200", "404"} <= set(operation["responses"])
+    ok = operation["responses"]["200"]["content"][JSON]["schema"]
+    assert ok == {"$ref": "#/components/schemas/ThreadStorageOut"}
+    schemas = openapi["components"]["schemas"]
+    assert set(schemas["ThreadStorageOut"]["properties"]) == {"thread_id", "bytes", "total"}
+    assert set(schemas["StorageBytesOut"]["required"]) == {
+        "checkpoints",
+        "messages",
+        "run_records",
+        "archive",
+        "audit",
+        "feedback",
+    }
+
+
 @pytest.mark.parametrize(
     ("query", "key"),
     [
@@ -1303,6 +1365,7 @@ def test_openapi_lists_every_route(openapi: dict[str, Any]) -> None:
     assert operations >= {
         ("POST", "/v1/threads/{thread_id}/runs"),
         ("GET", "/v1/threads/{thread_id}/messages"),
+        ("GET", "/v1/threads/{thread_id}/storage"),
         ("DELETE", "/v1/threads/{thread_id}"),
         ("POST", "/v1/threads/{thread_id}/runs/{run_id}/feedback"),
         ("GET", "/v1/users/{user_id}/memory"),

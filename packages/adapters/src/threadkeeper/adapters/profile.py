@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the registry reads profiles' settings without importing any
     from threadkeeper.domain.ratelimit import RateWindows
     from threadkeeper.domain.retention import ErasureReceipt
     from threadkeeper.domain.runs import RunRecords
+    from threadkeeper.domain.storage import StorageUsage
     from threadkeeper.domain.transcript import TranscriptPage
 
 
@@ -157,6 +158,19 @@ class Backend(Protocol):
 
     async def health(self) -> dict[str, str]:
         """Each server's state, ``"ok"`` or an error text, within about a second."""
+        ...
+
+    @property
+    def storage_kinds(self) -> frozenset[str]:
+        """The kinds of ``domain.storage.KINDS`` this profile keeps (the others are always 0
+        in its ``storage_usage``)."""
+        ...
+
+    async def storage_usage(self, thread_key: str) -> StorageUsage:
+        """The bytes the thread keeps, by kind (``domain.storage``), weighed as
+        ``adapters.weigh`` weighs SQL rows (and Redis's ``MEMORY USAGE`` of the thread's
+        keys): reads by the thread's key on indexes, no scan, cheap enough for an operator
+        endpoint. All 0 for a thread that is not stored (or was deleted)."""
         ...
 
 

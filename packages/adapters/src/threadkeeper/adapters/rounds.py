@@ -15,6 +15,10 @@ checkpoint), still under the thread's lock; its failure does not touch the store
 next run's upkeep catches up). ``RoundsOf.round`` is that unit of work as a backend offers it:
 the run stages inside it and calls ``store`` once the graph has finished.
 
+Once stored, ``RoundWork.written`` says the bytes the round wrote, by kind (``domain.storage``
+kinds: ``checkpoints``, ``messages``, ``run_records``, ``archive``, ``audit``), counted from the
+payloads its statements sent (``adapters.written``): no extra query.
+
 Only when that transaction committed is the run acknowledged. If the connection breaks while
 the transaction commits, nobody knows whether it did: the store learns it before answering
 (``resolve_in_doubt``), ending the old session first so that it cannot commit later, and
@@ -27,15 +31,17 @@ import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from threadkeeper.adapters import written
 from threadkeeper.adapters.atomic import AtomicSaver, StagedPut, Staging
 from threadkeeper.domain.errors import CommitInDoubt
 from threadkeeper.domain.runs import RunRecord
@@ -59,6 +65,8 @@ class RoundWrite:
     round: Round
     """The round as the transcript keeps it (the archive, where the profile has one)."""
     tools: Sequence[ToolInvocation] = field(default_factory=tuple)
+    written: dict[str, int] = field(default_factory=dict)
+    """Bytes the commit wrote, by kind: filled while it commits (``adapters.written``)."""
 
     @property
     def thread_key(self) -> str:
@@ -89,10 +97,22 @@ class RoundStore(ABC):
         """
 
 
+NO_BYTES: Mapping[str, int] = MappingProxyType({})
+
+
 class RoundWork:
     """One run's round as a unit of work: the graph's checkpoint writes are being staged;
     ``store`` stores them whole, with the run record, in the profile's order, then runs the
-    profile's upkeep. Leaving it without ``store`` stores nothing."""
+    profile's upkeep. Leaving it without ``store`` stores nothing.
+
+    After ``store``, ``written`` is the bytes the round wrote, by kind (``checkpoints``,
+    ``messages``, ``run_records``, ``archive``, ``audit``; a kind it did not write is
+    absent): the parameters of the statements and commands the commit sent
+    (``adapters.written``). The upkeep's writes are not in it.
+    """
+
+    written: Mapping[str, int]
+    """Empty until the round is stored (and when a store failed)."""
 
     def __init__(
         self,
@@ -106,6 +126,7 @@ class RoundWork:
         self.rounds = rounds
         self.upkeep = upkeep
         self.stored = False
+        self.written = NO_BYTES
 
     async def store(
         self, record: RunRecord, round: Round, tools: Sequence[ToolInvocation] = ()
@@ -120,7 +141,11 @@ class RoundWork:
         if self.stored:
             raise RuntimeError("a round is stored once")
         write = RoundWrite(self.staging, self.claim, record, round, tuple(tools))
-        head = await self.rounds.commit(write)
+        with written.tally() as counts:
+            head = await self.rounds.commit(write)
+        for kind, size in counts.items():
+            write.written[kind] = write.written.get(kind, 0) + size
+        self.written = MappingProxyType(dict(write.written))
         self.stored = True
         if head is not None:  # None: the checkpoints were not written (upkeep neither)
             try:

@@ -29,6 +29,7 @@ from threadkeeper.domain.errors import (
 )
 from threadkeeper.domain.retention import ErasureReceipt
 from threadkeeper.domain.runs import IdempotencyMismatch, UnknownRun
+from threadkeeper.domain.storage import StorageUsage
 from threadkeeper.domain.transcript import TranscriptPage
 
 MAX_MESSAGE_BYTES = 32 * 1024
@@ -301,6 +302,14 @@ class ThreadService(Protocol):
     ) -> TranscriptPage: ...
 
     async def delete_thread(self, caller: Caller, thread_id: str) -> None: ...
+
+    async def storage(self, caller: Caller, thread_id: str) -> StorageUsage:
+        """The bytes the caller's thread keeps, by kind.
+
+        Raises:
+            UnknownThread: no such thread of the caller (nothing is kept under its key).
+        """
+        ...
 
     async def add_feedback(
         self, caller: Caller, thread_id: str, run_id: str, score: int, comment: str | None

@@ -24,6 +24,7 @@ from threadkeeper.domain.errors import UnknownThread
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
 from threadkeeper.domain.retention import ErasureReceipt
 from threadkeeper.domain.runs import EXPORT_PAGE, Feedback, ModelCall, RunRecord, record_pages
+from threadkeeper.domain.storage import StorageUsage
 from threadkeeper.domain.threads import ThreadRef, ThreadScope
 from threadkeeper.domain.transcript import TranscriptMessage, TranscriptPage
 
@@ -240,6 +241,18 @@ class StoredThreads:
         receipt = await self.backend.retention.delete_thread(self.ref(caller, thread_id).key)
         if receipt.threads:
             DELETIONS.add(receipt.threads, {"reason": "request"})
+
+    async def storage(self, caller: Caller, thread_id: str) -> StorageUsage:
+        """The bytes the caller's thread keeps, by kind (``Backend.storage_usage``).
+
+        Raises:
+            UnknownThread: nothing is kept under the thread's key — no such thread, or one
+                of another user or tenant (whose key is another) — the caller's id in it.
+        """
+        usage = await self.backend.storage_usage(self.ref(caller, thread_id).key)
+        if usage.total == 0:
+            raise UnknownThread(thread_id)
+        return usage
 
     async def add_feedback(
         self, caller: Caller, thread_id: str, run_id: str, score: int, comment: str | None

@@ -16,7 +16,11 @@ until stored) and stores the round whole (``RoundWork.store(record, round)``). T
 - **user erasure**: every thread, memory item and feedback of the user in the tenant and
   nothing of anyone else's — and a run in flight, its claim revoked first, stores nothing;
 - **retention**: idle threads by their newest round, ``would_delete`` counting what
-  ``delete_threads`` deletes, a thread active again since it was listed kept (``idle_before``).
+  ``delete_threads`` deletes, a thread active again since it was listed kept (``idle_before``);
+- **storage per thread** (``storage_usage``): every kind the profile keeps
+  (``storage_kinds``) is > 0 once the thread has rounds, grows with them, is 0 for the others
+  and for another thread, and is all 0 once the thread is deleted or its user erased; a
+  stored round says what it wrote (``RoundWork.written``: > 0 for each kind a round writes).
 
 Subclass ``BackendConformance`` and provide ``open_backend``: a fixture yielding an opened
 backend on empty storage (a new one for each test). Every test writes its data through the
@@ -29,8 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +50,10 @@ from threadkeeper.domain.memory import MemoryKind, memory_namespace
 from threadkeeper.domain.prompt import MEMORY_CLOSE, MEMORY_OPEN
 from threadkeeper.domain.retention import ErasureReceipt, sweep
 from threadkeeper.domain.runs import FORGOTTEN, Feedback, RunRecord, content_digest
+from threadkeeper.domain.storage import KINDS
 from threadkeeper.domain.summary import SUMMARY_HEADING, encode_summary
 from threadkeeper.domain.threads import ThreadRef
-from threadkeeper.domain.transcript import Round, to_transcript
+from threadkeeper.domain.transcript import Round, ToolInvocation, to_transcript
 
 if TYPE_CHECKING:
     from threadkeeper.adapters.profile import Backend
@@ -202,6 +207,8 @@ class Stored:
     record: RunRecord
     head: str | None
     turn: Turn
+    written: Mapping[str, int] = field(default_factory=dict)
+    """The bytes the round wrote, by kind (``RoundWork.written``)."""
 
 
 async def store_round(
@@ -212,6 +219,7 @@ async def store_round(
     run_id: str | None = None,
     summary: dict[str, Any] | None = None,
     system_prompt: str = "You answer.",
+    tools: Sequence[ToolInvocation] = (),
 ) -> Stored:
     """One run on ``ref`` as the service runs it: hold, round, stage, store, release."""
     run_id = run_id or str(uuid.uuid4())
@@ -232,8 +240,8 @@ async def store_round(
                 )
             await stage(backend, ref, turn, summary=summary)
             record = record_of(ref, turn, run_id, system_prompt=system_prompt)
-            head = await work.store(record, round_of(ref, turn, run_id, summary))
-    return Stored(msgspec.structs.replace(record, checkpoint_id=head), head, turn)
+            head = await work.store(record, round_of(ref, turn, run_id, summary), tools)
+    return Stored(msgspec.structs.replace(record, checkpoint_id=head), head, turn, work.written)
 
 
 async def head_of(backend: Backend, ref: ThreadRef) -> str | None:
@@ -299,6 +307,15 @@ async def abandon_round(
         with backend.round(ref.key, claim):
             await stage(backend, ref, Turn.make(1))
             raise failure
+
+
+def tool_calls(turn: Turn) -> list[ToolInvocation]:
+    """The audit rows of a round that called one tool."""
+    return [
+        ToolInvocation(
+            "search_kb", f"call-{uuid.uuid4().hex[:8]}", "0" * 64, 12.5, "success", turn.at
+        )
+    ]
 
 
 async def until(condition: Any, *, seconds: float = 10.0) -> None:
@@ -756,6 +773,83 @@ class BackendConformance:
         assert all([await transcript_of(backend, ref) is None for ref in idle])
         assert await transcript_of(backend, active) is not None
 
+    # --- storage per thread -------------------------------------------------------------
+
+    async def test_storage_usage_counts_every_kind_kept_and_grows_with_rounds(
+        self, backend: Backend
+    ) -> None:
+        ref, other = new_ref(), new_ref()
+        kept = backend.storage_kinds
+        assert kept <= set(KINDS)
+        assert (await backend.storage_usage(ref.key)).total == 0, "an unknown thread"
+
+        async def rounds(start: int, count: int) -> None:
+            for index in range(start, start + count):
+                turn = Turn.make(index)
+                stored = await store_round(backend, ref, turn, tools=tool_calls(turn))
+                await give_feedback(backend, stored)
+
+        await rounds(0, 2)
+        early = (await backend.storage_usage(ref.key)).by_kind()
+        for kind in KINDS:
+            if kind in kept:
+                assert early[kind] > 0, (kind, early)
+            else:
+                assert early[kind] == 0, (kind, early)
+        await rounds(2, 3)
+        later = await backend.storage_usage(ref.key)
+        for kind in kept:
+            assert later.by_kind()[kind] > early[kind], (kind, early, later)
+        assert later.total == sum(later.by_kind().values())
+        assert (await backend.storage_usage(other.key)).total == 0, "another thread's"
+
+    async def test_storage_usage_is_nothing_once_the_thread_is_deleted_or_erased(
+        self, backend: Backend
+    ) -> None:
+        ref, erased, kept = new_ref(), new_ref(), new_ref()
+        for thread in (ref, erased, kept):
+            turn = Turn.make(0)
+            await give_feedback(
+                backend, await store_round(backend, thread, turn, tools=tool_calls(turn))
+            )
+        before = await backend.storage_usage(kept.key)
+        assert before.total > 0
+        await backend.retention.delete_thread(ref.key)
+        assert (await backend.storage_usage(ref.key)).total == 0
+        await backend.retention.erase_user(erased.tenant_id, erased.user_id)
+        assert (await backend.storage_usage(erased.key)).total == 0
+        assert await backend.storage_usage(kept.key) == before, "another thread is untouched"
+        again = await store_round(backend, ref, Turn.make(1))  # a new thread under the key
+        assert (await backend.storage_usage(ref.key)).total > 0
+        assert again.head is not None
+
+    async def test_a_stored_round_says_the_bytes_it_wrote_by_kind(self, backend: Backend) -> None:
+        ref = new_ref()
+        turn = Turn.make(0)
+        first = await store_round(backend, ref, turn, tools=tool_calls(turn))
+        written = dict(first.written)
+        wrote = backend.storage_kinds - {"feedback"}  # feedback is given after a round
+        assert set(written) <= wrote, written
+        for kind in wrote:
+            assert written.get(kind, 0) > 0, (kind, written)
+        longer = Turn.make(1)
+        second = await store_round(backend, ref, longer)
+        assert second.written.get("run_records", 0) > 0
+        assert second.written.get("checkpoints", 0) > 0
+
+    async def test_a_round_left_unstored_says_it_wrote_nothing(self, backend: Backend) -> None:
+        ref = new_ref()
+        turn, run_id = Turn.make(0), str(uuid.uuid4())
+        async with backend.lock.hold(
+            ref.key, run_id, tenant_id=ref.tenant_id, user_id=ref.user_id
+        ) as claim:
+            with backend.round(ref.key, claim) as work:
+                await stage(backend, ref, turn)
+                await backend.fences.claim(ref.key, ref.tenant_id, ref.user_id, "another-run")
+                with pytest.raises(ClaimLost):
+                    await work.store(record_of(ref, turn, run_id), round_of(ref, turn, run_id))
+                assert dict(work.written) == {}
+
     # --- health -----------------------------------------------------------------------------
 
     async def test_health_answers_ok_for_every_server(self, backend: Backend) -> None:
@@ -774,5 +868,6 @@ __all__ = [
     "round_of",
     "stage",
     "store_round",
+    "tool_calls",
     "transcript_of",
 ]

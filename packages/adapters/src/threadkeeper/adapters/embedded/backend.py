@@ -24,7 +24,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -47,7 +47,10 @@ from threadkeeper.adapters.sql import (
     insert_record,
 )
 from threadkeeper.adapters.transcripts import CheckpointTranscript
+from threadkeeper.adapters.weigh import ThreadWeigher
+from threadkeeper.adapters.written import watch_engine
 from threadkeeper.domain.locks import ClaimedLock, InMemoryRunLock
+from threadkeeper.domain.storage import StorageUsage
 
 DATABASE = "threadkeeper.sqlite3"
 LOCK_FILE = "threadkeeper.lock"
@@ -181,6 +184,18 @@ class EmbeddedBackend(RoundsOf):
     """The transcript is the checkpoint state."""
     rate_windows: None = None
     """One process: the rate limit's windows are that process's."""
+    weigher: ThreadWeigher = field(default_factory=ThreadWeigher)
+    """The thread's rows in the database file's tables (``storage_usage``)."""
+
+    @property
+    def storage_kinds(self) -> frozenset[str]:
+        return frozenset({"checkpoints", "run_records", "feedback"})
+
+    async def storage_usage(self, thread_key: str) -> StorageUsage:
+        """The thread's rows in the checkpoint tables (``checkpoints``, ``writes``), the run
+        records and texts, and the feedback (``adapters.weigh``)."""
+        async with self.runs.connect() as conn:
+            return await self.weigher.usage(conn, thread_key)
 
     async def health(self) -> dict[str, str]:
         try:
@@ -213,6 +228,7 @@ def sqlite_engine(path: Path) -> AsyncEngine:
     def _begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
+    watch_engine(engine)  # a round's bytes written (RoundWork.written)
     return engine
 
 

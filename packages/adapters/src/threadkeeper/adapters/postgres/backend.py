@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -30,6 +30,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
+from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER_TABLE
 from threadkeeper.adapters.postgres.ledger import MessageLedger
 from threadkeeper.adapters.postgres.lock import SERVER_KEEPALIVES, AdvisoryThreadLock
 from threadkeeper.adapters.postgres.ratelimit import PostgresRateWindows
@@ -41,7 +42,10 @@ from threadkeeper.adapters.serde import checkpoint_serializer
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
 from threadkeeper.adapters.timeouts import answer_within
 from threadkeeper.adapters.transcripts import CheckpointTranscript
+from threadkeeper.adapters.weigh import TABLE_KINDS, TableWeight, ThreadWeigher
+from threadkeeper.adapters.written import watch_engine
 from threadkeeper.domain.errors import AtCapacity
+from threadkeeper.domain.storage import StorageUsage
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,11 @@ class FailFastPool(AsyncConnectionPool[Any]):
             raise
 
 
+KINDS: dict[str, str | None] = {**TABLE_KINDS, LEDGER_TABLE: "messages"}
+"""The kind of each table keyed by thread (``adapters.weigh``), the message ledger's with
+them."""
+
+
 def sqlalchemy_url(postgres_url: str) -> str:
     """``postgresql://…`` → SQLAlchemy's ``postgresql+psycopg://…``."""
     url = make_url(postgres_url)
@@ -134,6 +143,7 @@ def _engine(url: str) -> AsyncEngine:
         cursor.close()
         dbapi_connection.commit()  # out of the transaction psycopg began for it
 
+    watch_engine(engine, KINDS)  # a round's bytes written (RoundWork.written)
     return engine
 
 
@@ -211,6 +221,24 @@ class PostgresBackend(RoundsOf):
     """``THREADKEEPER_RATE_LIMIT_PER_MINUTE`` counted where every replica sees it."""
     transcript: CheckpointTranscript
     """The transcript is the checkpoint state."""
+    weigher: ThreadWeigher = field(default_factory=lambda: ThreadWeigher(KINDS))
+    """The thread's rows in the schema's tables (``storage_usage``)."""
+
+    @property
+    def storage_kinds(self) -> frozenset[str]:
+        return frozenset({"checkpoints", "messages", "run_records", "feedback"})
+
+    async def storage_usage(self, thread_key: str) -> StorageUsage:
+        """The thread's rows in LangGraph's checkpoint tables, the message ledger, the run
+        records and texts, and the feedback (``adapters.weigh``: one statement, each table
+        read on the index its key leads)."""
+        async with self.engine.connect() as conn:
+            return await self.weigher.usage(conn, thread_key)
+
+    async def table_weights(self, thread_key: str) -> dict[str, TableWeight]:
+        """(rows, bytes) of the thread in each table keyed by thread (the benchmarks)."""
+        async with self.engine.connect() as conn:
+            return await self.weigher.weights(conn, thread_key)
 
     async def after_commit(self, thread_key: str) -> None:
         """Keep only the thread's newest checkpoint (its state holds the whole history).
@@ -264,7 +292,7 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
             engine=engine,
             runs=runs,
             fences=fences,
-            rounds=PostgresRoundStore(engine, saver),
+            rounds=PostgresRoundStore(engine, saver, KINDS),
             lock=lock,
             retention=PostgresRetention(saver, store, runs, pool, lock, fences),
             rate_windows=PostgresRateWindows(pool),

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg import AsyncCursor
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -22,14 +23,56 @@ from threadkeeper.adapters.atomic import StagedPut
 from threadkeeper.adapters.postgres.ledger import MessageLedger
 from threadkeeper.adapters.rounds import RoundStore, RoundWrite, resolve_in_doubt
 from threadkeeper.adapters.sql import check_claim, insert_record, run_records
+from threadkeeper.adapters.weigh import TABLE_KINDS
+from threadkeeper.adapters.written import count_statement
 
 log = logging.getLogger(__name__)
 
 
+def counting_cursor(kinds: Mapping[str, str | None]) -> type[AsyncCursor[Any]]:
+    """A psycopg cursor class that adds the parameters of what it executes to the round's
+    count (``adapters.written``): the saver's and the ledger's statements on the round's
+    own connection, which SQLAlchemy's events do not see. A table ``kinds`` does not name is
+    the ledger's (``messages``): LangGraph's are named."""
+
+    class CountingCursor(AsyncCursor[Any]):
+        async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            count_statement(_text(query), params, kinds=kinds, unknown="messages")
+            return await super().execute(query, params, **kwargs)
+
+        async def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
+            params_seq = list(params_seq)
+            count_statement(_text(query), params_seq, many=True, kinds=kinds, unknown="messages")
+            await super().executemany(query, params_seq, **kwargs)
+
+    return CountingCursor
+
+
+def _text(query: Any) -> str:
+    return query if isinstance(query, str) else query.decode() if isinstance(query, bytes) else ""
+
+
+@contextlib.contextmanager
+def counted(raw: Any, cursor: type[AsyncCursor[Any]]) -> Iterator[None]:
+    """``raw``'s cursors count what they send until the block ends."""
+    before = raw.cursor_factory
+    raw.cursor_factory = cursor
+    try:
+        yield
+    finally:
+        raw.cursor_factory = before
+
+
 class PostgresRoundStore(RoundStore):
-    def __init__(self, engine: AsyncEngine, ledger: MessageLedger) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        ledger: MessageLedger,
+        kinds: Mapping[str, str | None] = TABLE_KINDS,
+    ) -> None:
         self.engine = engine
         self.ledger = ledger
+        self.cursor = counting_cursor(kinds)
 
     async def commit(self, write: RoundWrite) -> str | None:
         applied: list[Callable[[], None]] = []
@@ -39,14 +82,15 @@ class PostgresRoundStore(RoundStore):
                 raw: Any = (await conn.get_raw_connection()).driver_connection
                 session = await self._session(conn)
                 saver = AsyncPostgresSaver(raw, serde=self.ledger.serde)
-                for op in write.staging.log:
-                    if isinstance(op, StagedPut):
-                        _, apply = await self.ledger.aput_in(
-                            raw, op.config, op.checkpoint, op.metadata, op.new_versions
-                        )
-                        applied.append(apply)
-                    else:
-                        await saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
+                with counted(raw, self.cursor):
+                    for op in write.staging.log:
+                        if isinstance(op, StagedPut):
+                            _, apply = await self.ledger.aput_in(
+                                raw, op.config, op.checkpoint, op.metadata, op.new_versions
+                            )
+                            applied.append(apply)
+                        else:
+                            await saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
                 await insert_record(conn, write.stored_record())
             except BaseException:
                 self.ledger.discard(write.thread_key)

@@ -22,7 +22,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -52,9 +52,12 @@ from threadkeeper.adapters.rounds import RoundsOf
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
 from threadkeeper.adapters.timeouts import answer_within
 from threadkeeper.adapters.transcripts import ArchiveTranscript
+from threadkeeper.adapters.weigh import TableWeight, ThreadWeigher
+from threadkeeper.adapters.written import add, counting, value_bytes, watch_engine
 from threadkeeper.domain.locks import ClaimedLock, RunLock, ThreadLock
 from threadkeeper.domain.memory import user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
+from threadkeeper.domain.storage import StorageUsage
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +121,28 @@ def _fail_fast_asyncmy(connection: Any) -> None:
         fail_fast_socket(sock)
 
 
+REDIS_WRITES = frozenset({b"JSON.SET", b"JSON.MERGE", b"SET", b"HSET", b"ZADD", b"SADD"})
+"""The commands that write a value: while a round is counted (``adapters.written``) their
+arguments are the checkpoint bytes it wrote to Redis."""
+
+
+def count_redis_writes(client: Redis) -> None:
+    """The client's new connections add the arguments of each write command a counted round
+    sends (the saver's checkpoint writes) to the round's ``checkpoints`` bytes."""
+    pool = client.connection_pool
+    base: Any = pool.connection_class
+
+    class Counting(base):  # type: ignore[misc]
+        def pack_command(self, *args: Any) -> Any:
+            if counting() and args:
+                name = args[0] if isinstance(args[0], bytes) else str(args[0]).encode()
+                if name.upper() in REDIS_WRITES:
+                    add("checkpoints", sum(value_bytes(a) for a in args[1:]))
+            return super().pack_command(*args)
+
+    pool.connection_class = Counting
+
+
 def redis_client(url: str) -> Redis:
     """A client that survives a Redis restart — a command on a connection the server closed is
     retried on a new one (twice, backing off) instead of failing the run — and fails fast when
@@ -151,6 +176,7 @@ def _engine(url: str) -> AsyncEngine:
     def _connect(dbapi_connection: Any, _: Any) -> None:
         _fail_fast_asyncmy(dbapi_connection.driver_connection)
 
+    watch_engine(engine)  # a round's bytes written (RoundWork.written)
     return engine
 
 
@@ -338,6 +364,29 @@ class RedisMysqlBackend(RoundsOf):
     """The archive is the transcript; the checkpoints a cache of the recent context."""
     rate_windows: RedisWindows
     """The rate limit's windows in Redis, shared by every replica."""
+    weigher: ThreadWeigher = field(default_factory=ThreadWeigher)
+    """The thread's rows in the MySQL database's tables (``storage_usage``)."""
+
+    @property
+    def storage_kinds(self) -> frozenset[str]:
+        return frozenset({"checkpoints", "run_records", "archive", "audit", "feedback"})
+
+    async def storage_usage(self, thread_key: str) -> StorageUsage:
+        """The thread's checkpoints in Redis (``MEMORY USAGE`` of its keys, found through the
+        saver's indexes) and its rows in MySQL — the archive, the tool audit, the run records
+        and texts, the feedback (``adapters.weigh``) — read at once."""
+
+        async def rows() -> StorageUsage:
+            async with self.engine.connect() as conn:
+                return await self.weigher.usage(conn, thread_key)
+
+        (_, in_redis), in_mysql = await asyncio.gather(self.saver.thread_bytes(thread_key), rows())
+        return in_mysql + StorageUsage(checkpoints=in_redis)
+
+    async def table_weights(self, thread_key: str) -> dict[str, TableWeight]:
+        """(rows, bytes) of the thread in each MySQL table keyed by thread (the benchmarks)."""
+        async with self.engine.connect() as conn:
+            return await self.weigher.weights(conn, thread_key)
 
     async def after_commit(self, thread_key: str) -> None:
         """Keep only the thread's newest checkpoint: with compaction bounding the state, the
@@ -383,6 +432,7 @@ async def open_redis_mysql(
     engine = _engine(mysql_url_)
     pool: Any = None
     redis: Redis = redis_client(redis_url)
+    count_redis_writes(redis)
     try:
         problems = await schema_problems(engine)
         if problems:

@@ -18,8 +18,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.base import CheckpointTuple as CheckpointTuple
 from langgraph.checkpoint.redis.aio import AsyncRedisSaver
+from langgraph.checkpoint.redis.util import from_storage_safe_str, to_storage_safe_id
 from redis.exceptions import ResponseError
 from redisvl.exceptions import RedisSearchError  # type: ignore[import-untyped]
+from redisvl.query import FilterQuery  # type: ignore[import-untyped]
+from redisvl.query.filter import Tag  # type: ignore[import-untyped]
 
 log = logging.getLogger(__name__)
 
@@ -154,3 +157,66 @@ class HealingRedisSaver(AsyncRedisSaver):
                 thread_ids, strategy=strategy, keep_last=keep_last, max_results=max_results
             )
         )
+
+    async def thread_keys(self, thread_id: str) -> list[str]:
+        """The Redis keys that hold the thread: its checkpoints and their latest pointers, its
+        writes and their registry sets (a checkpoint's set exists only once it has writes:
+        the name is listed either way), found as ``adelete_thread`` finds them — through the
+        checkpoint and write indexes by the thread's tag (no ``SCAN`` of the keyspace)."""
+        return await self._healing(lambda: self._thread_keys(thread_id))
+
+    async def _thread_keys(self, thread_id: str) -> list[str]:
+        safe = to_storage_safe_id(thread_id)
+        checkpoints = await self.checkpoints_index.search(
+            FilterQuery(
+                filter_expression=Tag("thread_id") == safe,
+                return_fields=["checkpoint_ns", "checkpoint_id"],
+                num_results=10000,
+            )
+        )
+        keys: list[str] = []
+        namespaces: set[str] = set()
+        for doc in checkpoints.docs:
+            namespace = getattr(doc, "checkpoint_ns", "")
+            checkpoint_id = getattr(doc, "checkpoint_id", "")
+            namespaces.add(namespace)
+            keys.append(self._make_redis_checkpoint_key(safe, namespace, checkpoint_id))
+            if self._key_registry:
+                keys.append(
+                    self._key_registry.make_write_keys_zset_key(thread_id, namespace, checkpoint_id)
+                )
+        keys.extend(
+            self._make_redis_checkpoint_latest_key(thread_id, from_storage_safe_str(namespace))
+            for namespace in sorted(namespaces)
+        )
+        writes = await self.checkpoint_writes_index.search(
+            FilterQuery(
+                filter_expression=Tag("thread_id") == safe,
+                return_fields=["checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                num_results=10000,
+            )
+        )
+        keys.extend(
+            self._make_redis_checkpoint_writes_key(
+                safe,
+                getattr(doc, "checkpoint_ns", ""),
+                getattr(doc, "checkpoint_id", ""),
+                getattr(doc, "task_id", ""),
+                int(getattr(doc, "idx", 0)),
+            )
+            for doc in writes.docs
+        )
+        return list(dict.fromkeys(keys))
+
+    async def thread_bytes(self, thread_id: str) -> tuple[int, int]:
+        """(keys, bytes) the thread holds in Redis: ``MEMORY USAGE key SAMPLES 0`` (the whole
+        value with the key and Redis's own overhead) summed over ``thread_keys`` that exist,
+        in one pipeline."""
+        keys = await self.thread_keys(thread_id)
+        if not keys:
+            return 0, 0
+        pipeline = self._redis.pipeline(transaction=False)
+        for key in keys:
+            pipeline.memory_usage(key, samples=0)
+        sizes = [int(size) for size in await pipeline.execute() if size is not None]
+        return len(sizes), sum(sizes)

@@ -42,6 +42,8 @@ from threadkeeper.app.http.schemas import (
     MessagesPageOut,
     RunBody,
     RunResultOut,
+    StorageBytesOut,
+    ThreadStorageOut,
     TranscriptMessageOut,
     exact,
 )
@@ -281,6 +283,25 @@ async def list_messages(
     return MessagesPageOut([message_out(m) for m in page.messages], page.next_before)
 
 
+@get(
+    "/threads/{thread_id:str}/storage",
+    operation_class=ContractOperation,
+    responses=problems(401, 403, 404, 422, 500, 503),
+)
+async def thread_storage(
+    service: Service, caller: CallerDep, thread_id: ThreadIdPath
+) -> ThreadStorageOut:
+    """The bytes the thread keeps, by kind — checkpoints, messages, run records, archive,
+    tool audit, feedback — and their total (not the user's memory, which is per user). 404
+    for a thread that does not exist, as for one of another user."""
+    usage = await service.storage(caller, _thread_id(thread_id))
+    return ThreadStorageOut(
+        thread_id=thread_id,
+        bytes=StorageBytesOut(**usage.by_kind()),
+        total=usage.total,
+    )
+
+
 @delete(
     "/threads/{thread_id:str}",
     status_code=204,
@@ -375,6 +396,7 @@ async def erase_user(service: Service, caller: CallerDep, user_id: UserIdPath) -
 V1_HANDLERS = [
     start_run,
     list_messages,
+    thread_storage,
     delete_thread,
     add_feedback,
     get_memory,

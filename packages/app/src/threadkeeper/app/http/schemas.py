@@ -150,6 +150,27 @@ class ErasureReceiptOut(msgspec.Struct, frozen=True):
     feedback: int
 
 
+class StorageBytesOut(msgspec.Struct, frozen=True):
+    """Bytes by kind (docs/api.md, "Storage per thread"); a kind the profile does not keep
+    is 0."""
+
+    checkpoints: int
+    messages: int
+    run_records: int
+    archive: int
+    audit: int
+    feedback: int
+
+
+class ThreadStorageOut(msgspec.Struct, frozen=True):
+    """``GET /v1/threads/{thread_id}/storage``: what the thread keeps, by kind, and in all
+    (the user's memory is kept per user and is not in it)."""
+
+    thread_id: str
+    bytes: StorageBytesOut
+    total: int
+
+
 class LiveOut(msgspec.Struct, frozen=True):
     status: Literal["ok"]
 

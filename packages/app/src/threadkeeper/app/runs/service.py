@@ -38,6 +38,7 @@ from threadkeeper.domain.errors import DomainError, MessageTooLarge, ThreadBusy
 from threadkeeper.domain.memory import MemoryRules
 from threadkeeper.domain.retention import ErasureReceipt
 from threadkeeper.domain.runs import IdempotencyMismatch
+from threadkeeper.domain.storage import StorageUsage
 from threadkeeper.domain.threads import ThreadRef, ThreadScope
 from threadkeeper.domain.tokens import REPLY_PRIMING, TokenCounter
 from threadkeeper.domain.transcript import TranscriptPage
@@ -237,6 +238,9 @@ class RunService:
 
     async def delete_thread(self, caller: Caller, thread_id: str) -> None:
         await self.threads.delete_thread(caller, thread_id)
+
+    async def storage(self, caller: Caller, thread_id: str) -> StorageUsage:
+        return await self.threads.storage(caller, thread_id)
 
     async def add_feedback(
         self, caller: Caller, thread_id: str, run_id: str, score: int, comment: str | None

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
@@ -43,6 +44,7 @@ from threadkeeper.domain.locks import ClaimedLock, InMemoryRunFences, InMemoryRu
 from threadkeeper.domain.memory import user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
 from threadkeeper.domain.runs import InMemoryRunRecords
+from threadkeeper.domain.storage import StorageUsage
 from threadkeeper.domain.transcript import InMemoryTranscriptArchive, Round, to_transcript
 
 if TYPE_CHECKING:
@@ -184,6 +186,7 @@ class MemoryRoundStore(RoundStore):
             if not await backend.fences.holds(key, write.claim):
                 raise ClaimLost("the run lost its claim on the thread before storing its round")
             record = write.stored_record()
+            usage_before = memory_usage(backend, key).by_kind()
             saver_before = saver_snapshot(backend.saver, key)
             archive_before = backend.archive.snapshot(key) if backend.archive else None
             try:
@@ -207,6 +210,10 @@ class MemoryRoundStore(RoundStore):
                 if backend.archive is not None and archive_before is not None:
                     backend.archive.restore(key, archive_before)
                 raise
+            after = memory_usage(backend, key).by_kind()
+        for kind, size in after.items():  # what the round added: its payloads' bytes
+            if size > usage_before[kind]:
+                write.written[kind] = size - usage_before[kind]
         return write.checkpoint_id()
 
 
@@ -296,6 +303,55 @@ class MemoryRetention(HeldDeletion):
         return deleted
 
 
+# --- storage usage ---------------------------------------------------------------------------
+
+
+def payload_bytes(value: Any) -> int:
+    """The bytes of the serialized payloads in ``value`` (the saver's ``(type, bytes)``
+    pairs, nested in its tuples and dicts; text as UTF-8)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value)
+    if isinstance(value, str):
+        return len(value.encode("utf-8"))
+    if isinstance(value, tuple | list):
+        return sum(payload_bytes(item) for item in value)
+    if isinstance(value, dict):
+        return sum(payload_bytes(item) for item in value.values())
+    return 0
+
+
+def json_bytes(value: Any) -> int:
+    return len(msgspec.json.encode(value))
+
+
+def memory_usage(backend: InMemoryBackend, thread_key: str) -> StorageUsage:
+    """What the in-memory backend keeps of the thread: the saver's serialized checkpoints,
+    blobs and writes; the run records, tool audit, archived rounds and feedback as JSON."""
+    saver = backend.saver
+    checkpoints = payload_bytes(saver.storage.get(thread_key, {}))
+    checkpoints += sum(
+        payload_bytes(v) for k, v in list(saver.writes.items()) if k[0] == thread_key
+    )
+    checkpoints += sum(payload_bytes(v) for k, v in list(saver.blobs.items()) if k[0] == thread_key)
+    runs = backend.runs
+    records = sum(json_bytes(r) for (key, _), r in list(runs._runs.items()) if key == thread_key)
+    notes = sum(json_bytes(f) for (key, _), f in list(runs._feedback.items()) if key == thread_key)
+    archive = audit = 0
+    if backend.archive is not None:
+        rounds = list(backend.archive._rounds.get(thread_key, []))
+        archive = sum(json_bytes([r.human, r.ai]) + len((r.summary or "").encode()) for r in rounds)
+        audit = sum(
+            json_bytes(v) for k, v in list(backend.archive.tools.items()) if k[0] == thread_key
+        )
+    return StorageUsage(
+        checkpoints=checkpoints,
+        run_records=records,
+        archive=archive,
+        audit=audit,
+        feedback=notes,
+    )
+
+
 # --- the backend -----------------------------------------------------------------------------
 
 
@@ -329,6 +385,14 @@ class InMemoryBackend(RoundsOf):
 
     async def health(self) -> dict[str, str]:
         return {"memory": "ok"}
+
+    @property
+    def storage_kinds(self) -> frozenset[str]:
+        kept = {"checkpoints", "run_records", "feedback"}
+        return frozenset(kept | ({"archive", "audit"} if self.archive is not None else set()))
+
+    async def storage_usage(self, thread_key: str) -> StorageUsage:
+        return memory_usage(self, thread_key)
 
 
 if TYPE_CHECKING:  # mypy checks that the backend and its retention are what profiles offer
