@@ -340,3 +340,25 @@ async def test_deletions_and_erasures_are_counted(
     assert retention.added == swept.deleted.threads
     assert erased.added == 2
     assert erasures.added == 1
+
+
+async def test_each_round_records_its_bytes_and_its_threads_storage(
+    open_client: Any, profile: str
+) -> None:
+    client = await open_client()
+    written = Delta("threadkeeper.round.bytes", profile=profile, kind="run_records")
+    weighed = Delta("threadkeeper.thread.bytes", profile=profile, kind="run_records")
+    weighed_sum = metrics.values_sum(
+        "threadkeeper.thread.bytes", profile=profile, kind="run_records"
+    )
+    thread = f"weighed-{uuid.uuid4().hex[:8]}"
+    await run(client, thread, QUESTIONS[0])
+    assert written.added == 1, "the round's own bytes, counted as it committed"
+    for _ in range(600):  # weighed once the caller has its answer
+        if weighed.added:
+            break
+        await asyncio.sleep(0.05)
+    assert weighed.added == 1
+    storage = (await client.get(f"/v1/threads/{thread}/storage")).json()
+    sample = metrics.values_sum("threadkeeper.thread.bytes", profile=profile, kind="run_records")
+    assert sample - weighed_sum == storage["bytes"]["run_records"] > 0

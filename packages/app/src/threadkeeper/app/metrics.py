@@ -126,6 +126,23 @@ ROUND_BYTES = _meter.create_histogram(
     explicit_bucket_boundaries_advisory=_BYTES,
 )
 
+THREAD_BYTES = _meter.create_histogram(
+    "threadkeeper.thread.bytes",
+    unit="By",
+    description="After each stored round, the bytes its thread keeps, by kind (the figures of "
+    "GET /v1/threads/{thread_id}/storage).",
+    explicit_bucket_boundaries_advisory=[
+        4096,
+        16384,
+        65536,
+        262144,
+        1048576,
+        4194304,
+        16777216,
+        67108864,
+    ],
+)
+
 # -- memory and deletion --------------------------------------------------------------------
 
 MEMORY_FACTS = _meter.create_counter(

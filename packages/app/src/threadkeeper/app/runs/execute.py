@@ -29,8 +29,10 @@ from threadkeeper.app.metrics import (
     COMPACTIONS,
     RUN_DURATION,
     SUMMARY_FOLDS,
+    THREAD_BYTES,
     TIME_TO_FIRST_TOKEN,
     WINDOW_TOKENS,
+    count_round_bytes,
     count_run,
 )
 from threadkeeper.app.runs.handles import LiveRun
@@ -143,6 +145,8 @@ class RunExecutor:
         self.draining = draining
         self.profile = profile
         self.conversations = conversations or ConversationIds(None)
+        self.background: set[asyncio.Task[None]] = set()
+        """Threads being weighed after their rounds (shutdown waits for them)."""
 
     async def traced(self, started: Started) -> None:
         """``execute`` in an ``invoke_agent`` span (GenAI semantic conventions; a child of the
@@ -253,6 +257,7 @@ class RunExecutor:
                     await round_work.store(finished.record, finished.round, trace.tools)
             outcome = finished.outcome  # stored: nothing from here on turns it into an error
             self._count_stored(trace, cold_start=seed is not None)
+            count_round_bytes(round_work.written, self.profile)
             if outcome.status == "answered":
                 await self.memory.write_or_retry(
                     ref, human, outcome.message.content, run.run_id, started.claim
@@ -279,7 +284,27 @@ class RunExecutor:
             if outcome is not None:
                 self._record(started, outcome.status, 200)
                 run.succeed(outcome)
+                self._weigh_later(ref.key)
             run.close()
+
+    def _weigh_later(self, thread_key: str) -> None:
+        """``threadkeeper.thread.bytes``: the thread's storage by kind after a stored round
+        (the figures of ``GET /v1/threads/{thread_id}/storage``), weighed once the caller has
+        its answer — one indexed read, off the run's path; a failure only goes unmeasured."""
+        task = asyncio.create_task(self._weigh(thread_key))
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def _weigh(self, thread_key: str) -> None:
+        try:
+            usage = await self.backend.storage_usage(thread_key)
+        except Exception:
+            log.debug("weighing %s failed", log_name(thread_key), exc_info=True)
+            return
+        kinds = self.backend.storage_kinds
+        for kind, size in usage.by_kind().items():
+            if kind in kinds:
+                THREAD_BYTES.record(size, {"profile": self.profile, "kind": kind})
 
     def _count_stored(self, trace: RunTrace, *, cold_start: bool) -> None:
         """What a stored round did: its windows' tokens before and after trimming, its folds

@@ -201,10 +201,10 @@ class RunService:
     # -- shutdown ---------------------------------------------------------------------------
 
     async def wait_idle(self) -> None:
-        """Wait for every run in flight (and memory retries)."""
-        background = self.memory_writer.background
-        if self._tasks or background:
-            await asyncio.gather(*self._tasks, *background, return_exceptions=True)
+        """Wait for every run in flight, and what runs leave behind (memory retries, the
+        weighing of their threads)."""
+        while pending := {*self._tasks, *self.memory_writer.background, *self.executor.background}:
+            await asyncio.gather(*pending, return_exceptions=True)  # runs end, then they weigh
 
     async def drain(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> int:
         """Shutdown: let the runs in flight finish for up to ``grace`` seconds, then cancel
