@@ -1,17 +1,24 @@
-"""OpenTelemetry traces: one span per run, per model call, per tool call, per retrieval, and
-the HTTP server span around them (Litestar's ``OpenTelemetryPlugin``).
+"""OpenTelemetry, one stack for traces and metrics: one span per run, per model call, per tool
+call, per retrieval, under the HTTP server span (Litestar's ``OpenTelemetryPlugin``) and over the
+database spans (``app.instrumentation``); the process's ``MeterProvider`` (``app.metrics``
+holds the instruments).
 
-Spans are made through the OpenTelemetry API, which is a no-op until a ``TracerProvider`` is
-installed. ``threadkeeper serve`` installs one when the standard variables ask for export:
-``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (OTLP over HTTP;
-``OTEL_SERVICE_NAME`` defaults to ``threadkeeper``), unless ``OTEL_SDK_DISABLED=true`` or
-``OTEL_TRACES_EXPORTER=none``. A process that embeds the app may install its own provider.
+Spans and metrics are made through the OpenTelemetry API, a no-op until a provider is
+installed. ``configure_metrics`` installs the ``MeterProvider`` once per process (every app
+does, so ``GET /metrics`` always has it): OpenTelemetry's Prometheus reader, plus OTLP when the
+standard variables ask for it. ``configure_tracing`` (``threadkeeper serve``) installs a
+``TracerProvider`` exporting over OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, unless ``OTEL_SDK_DISABLED=true`` or
+``OTEL_TRACES_EXPORTER=none``. OTLP goes over HTTP (``http/protobuf``, the default) or gRPC
+(``OTEL_EXPORTER_OTLP_PROTOCOL``); the resource is ``telemetry_resource``. A process that embeds
+the app may install its own providers first; they are kept.
 
-Model-call spans follow the GenAI semantic conventions (``chat {model}``,
-``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` /
-``output_tokens``). Message content — what the model was sent and answered — is recorded only
-when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` (DESIGN: off by default); user
-ids are never recorded, tenant and thread ids are.
+Model-call spans and metrics follow the GenAI semantic conventions (``SEMCONV_VERSION``):
+``chat {model}``, ``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.usage.*``, time
+to first chunk. Message content — what the model was sent and answered — is recorded only when
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` (DESIGN: off by default); user ids
+and thread keys are never recorded (a thread is ``gen_ai.conversation.id``, an HMAC), tenant
+ids are.
 """
 
 from __future__ import annotations
