@@ -20,6 +20,7 @@ from litestar.testing import AsyncTestClient
 
 from tests.api.conftest import TENANT, AppFactory, Servers, flush, run
 from tests.support.fake_openai import fake_provider
+from threadkeeper.app.runs import execute
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "threadkeeper.json"
 QUESTIONS = [
@@ -85,6 +86,7 @@ async def test_every_metric_the_dashboard_names_is_served(
 ) -> None:
     assert database is not None
     assert database.redis_url is not None
+    monkeypatch.setattr(execute, "WEIGH_EVERY", 1)  # storage per thread after every round
     user = f"dash-{uuid.uuid4().hex[:8]}"
     headers = {**auth, "X-User-Id": user}
     folding = make_app(

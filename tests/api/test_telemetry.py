@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from tests.api.conftest import TENANT, USER, AppFactory, Servers, flush, run
 from tests.support import metrics, tracing
+from threadkeeper.app.runs import execute
 
 Client = AsyncTestClient[Litestar]
 DETAILS = "Please give me the full details of the dental cover"
@@ -343,8 +344,9 @@ async def test_deletions_and_erasures_are_counted(
 
 
 async def test_each_round_records_its_bytes_and_its_threads_storage(
-    open_client: Any, profile: str
+    open_client: Any, profile: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(execute, "WEIGH_EVERY", 1)  # every round (16th by default)
     client = await open_client()
     written = Delta("threadkeeper.round.bytes", profile=profile, kind="run_records")
     weighed = Delta("threadkeeper.thread.bytes", profile=profile, kind="run_records")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessageChunk, HumanMessage
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.trace import SpanKind
 
 from threadkeeper.app.agent import RunTrace, current_trace
@@ -76,6 +78,10 @@ MAX_MODEL_CALLS = 8
 tools — a model that loops, or a budget too small to show the result it asked for — fails
 (``RunFailed``) at this bound instead of making calls until LangGraph's default recursion
 limit (~10,000 steps, each one a paid call with a real model)."""
+WEIGH_EVERY = 16
+"""Every how many stored rounds of a process a thread is weighed (``threadkeeper.thread.bytes``):
+weighing reads every row of the thread (on embedded, every checkpoint it ever had), so it
+samples the rounds rather than following each (1.5 ms of CPU at 20 turns on embedded)."""
 RECURSION_LIMIT = 4 * MAX_MODEL_CALLS + 1
 """The graph steps of ``MAX_MODEL_CALLS`` model calls on the longest pipeline: per call the
 history hook before the model (``compact``), the model, the answer's stamp after it and the
@@ -147,6 +153,7 @@ class RunExecutor:
         self.conversations = conversations or ConversationIds(None)
         self.background: set[asyncio.Task[None]] = set()
         """Threads being weighed after their rounds (shutdown waits for them)."""
+        self._rounds = 0
 
     async def traced(self, started: Started) -> None:
         """``execute`` in an ``invoke_agent`` span (GenAI semantic conventions; a child of the
@@ -288,16 +295,21 @@ class RunExecutor:
             run.close()
 
     def _weigh_later(self, thread_key: str) -> None:
-        """``threadkeeper.thread.bytes``: the thread's storage by kind after a stored round
-        (the figures of ``GET /v1/threads/{thread_id}/storage``), weighed once the caller has
-        its answer — one indexed read, off the run's path; a failure only goes unmeasured."""
-        task = asyncio.create_task(self._weigh(thread_key))
+        """``threadkeeper.thread.bytes``: after every ``WEIGH_EVERY``-th stored round of the
+        process, its thread's storage by kind (the figures of
+        ``GET /v1/threads/{thread_id}/storage``), weighed once the caller has its answer and
+        outside any trace; a failure only goes unmeasured."""
+        self._rounds += 1
+        if self._rounds % WEIGH_EVERY:
+            return
+        task = asyncio.create_task(self._weigh(thread_key), context=contextvars.Context())
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
     async def _weigh(self, thread_key: str) -> None:
         try:
-            usage = await self.backend.storage_usage(thread_key)
+            with suppress_instrumentation():  # no database spans of its own
+                usage = await self.backend.storage_usage(thread_key)
         except Exception:
             log.debug("weighing %s failed", log_name(thread_key), exc_info=True)
             return
