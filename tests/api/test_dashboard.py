@@ -86,7 +86,7 @@ async def test_every_metric_the_dashboard_names_is_served(
 ) -> None:
     assert database is not None
     assert database.redis_url is not None
-    monkeypatch.setattr(execute, "WEIGH_EVERY", 1)  # storage per thread after every round
+    monkeypatch.setattr(execute, "WEIGH_EVERY_SECONDS", 0.0)  # weigh after every round
     user = f"dash-{uuid.uuid4().hex[:8]}"
     headers = {**auth, "X-User-Id": user}
     folding = make_app(

@@ -346,7 +346,7 @@ async def test_deletions_and_erasures_are_counted(
 async def test_each_round_records_its_bytes_and_its_threads_storage(
     open_client: Any, profile: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(execute, "WEIGH_EVERY", 1)  # every round (16th by default)
+    monkeypatch.setattr(execute, "WEIGH_EVERY_SECONDS", 0.0)  # every round
     client = await open_client()
     written = Delta("threadkeeper.round.bytes", profile=profile, kind="run_records")
     weighed = Delta("threadkeeper.thread.bytes", profile=profile, kind="run_records")

@@ -78,10 +78,12 @@ MAX_MODEL_CALLS = 8
 tools — a model that loops, or a budget too small to show the result it asked for — fails
 (``RunFailed``) at this bound instead of making calls until LangGraph's default recursion
 limit (~10,000 steps, each one a paid call with a real model)."""
-WEIGH_EVERY = 16
-"""Every how many stored rounds of a process a thread is weighed (``threadkeeper.thread.bytes``):
-weighing reads every row of the thread (on embedded, every checkpoint it ever had), so it
-samples the rounds rather than following each (1.5 ms of CPU at 20 turns on embedded)."""
+WEIGH_EVERY_SECONDS = 30.0
+"""How often a process weighs the thread of a round it stored (``threadkeeper.thread.bytes``):
+at most once per this many seconds. Weighing reads every row of the thread (on embedded, every
+checkpoint it ever had: 1.5 ms of CPU at 20 turns), so weighing after every round made a turn
+cost more the longer its thread (turn 50 ÷ turn 5 up to 1.5 in latency); sampled in time its
+cost per run is nil under load, and a quiet service still reports a sample per round."""
 RECURSION_LIMIT = 4 * MAX_MODEL_CALLS + 1
 """The graph steps of ``MAX_MODEL_CALLS`` model calls on the longest pipeline: per call the
 history hook before the model (``compact``), the model, the answer's stamp after it and the
@@ -153,7 +155,8 @@ class RunExecutor:
         self.conversations = conversations or ConversationIds(None)
         self.background: set[asyncio.Task[None]] = set()
         """Threads being weighed after their rounds (shutdown waits for them)."""
-        self._rounds = 0
+        self._weighed: float | None = None
+        """When this process last weighed a thread (``time.monotonic``)."""
 
     async def traced(self, started: Started) -> None:
         """``execute`` in an ``invoke_agent`` span (GenAI semantic conventions; a child of the
@@ -295,13 +298,14 @@ class RunExecutor:
             run.close()
 
     def _weigh_later(self, thread_key: str) -> None:
-        """``threadkeeper.thread.bytes``: after every ``WEIGH_EVERY``-th stored round of the
-        process, its thread's storage by kind (the figures of
+        """``threadkeeper.thread.bytes``: after a stored round — at most one per
+        ``WEIGH_EVERY_SECONDS`` — its thread's storage by kind (the figures of
         ``GET /v1/threads/{thread_id}/storage``), weighed once the caller has its answer and
         outside any trace; a failure only goes unmeasured."""
-        self._rounds += 1
-        if self._rounds % WEIGH_EVERY:
+        now = time.monotonic()
+        if self._weighed is not None and now - self._weighed < WEIGH_EVERY_SECONDS:
             return
+        self._weighed = now
         task = asyncio.create_task(self._weigh(thread_key), context=contextvars.Context())
         self.background.add(task)
         task.add_done_callback(self.background.discard)
