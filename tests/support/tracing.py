@@ -1,6 +1,7 @@
 """The test process's traces: one SDK ``TracerProvider`` with an in-memory exporter behind a
 ``SimpleSpanProcessor`` (OpenTelemetry allows the global provider to be set once, so every
-module that asserts on spans shares this one)."""
+module that asserts on spans shares this one — or, if a module installed the provider first,
+this exporter is added to it)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 EXPORTER = InMemorySpanExporter()
+_attached: list[TracerProvider] = []
 
 
 def install() -> InMemorySpanExporter:
-    """Install the provider (once) and return the exporter its spans reach."""
+    """Make sure the process's SDK provider sends its spans to ``EXPORTER`` (once)."""
     if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
+        trace.set_tracer_provider(TracerProvider())
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    if provider not in _attached:
         provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        trace.set_tracer_provider(provider)
+        _attached.append(provider)
     return EXPORTER
