@@ -160,7 +160,8 @@ MEMORY_WRITE_FAILURES = _meter.create_counter(
     "threadkeeper.memory.write_failures",
     unit="{write}",
     description="Memory writes after a stored round that failed (the round stays "
-    "acknowledged), by what happened next: retried (once, in the background) then ok, or lost.",
+    "acknowledged), by outcome: retrying (the write failed; one retry is scheduled), then "
+    "retried (the retry wrote it) or lost.",
 )
 DELETIONS = _meter.create_counter(
     "threadkeeper.deletions",

@@ -65,6 +65,7 @@ class MemoryWriter:
                 await self.write(ref, human, answer)
         except Exception:
             log.warning("memory write after run %s failed; retrying once", run_id, exc_info=True)
+            MEMORY_WRITE_FAILURES.add(1, {"outcome": "retrying"})
             task = asyncio.create_task(self._retry(ref, human, answer, run_id, claim))
             self.background.add(task)
             task.add_done_callback(self.background.discard)
