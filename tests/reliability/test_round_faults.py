@@ -129,7 +129,7 @@ async def test_a_memory_write_failing_after_the_commit_keeps_the_answer(
         finally:
             refuse_inserts(server, "store", on=False)
         metrics = await c.get("/metrics")
-        assert 'threadkeeper_memory_write_failures_total{' in metrics.text  # a point, not a name
+        assert "threadkeeper_memory_write_failures_total{" in metrics.text  # a point, not a name
         assert 'outcome="retrying"' in metrics.text
     assert "memory write after run" in server.output()
 
