@@ -9,7 +9,7 @@ builtin model does; the agent tests run a ``ScriptedChatModel`` inside the real 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +191,37 @@ def test_stamp_escalates_after_repeated_clarifications_of_any_model() -> None:
         answer,
     ]
     assert stamp_for(answer, [], between).status == "answered"
+
+
+class _RecentOnly(Sequence[BaseMessage]):
+    """A long history that fails if anything reads a message older than ``keep`` from the end."""
+
+    def __init__(self, messages: list[BaseMessage], keep: int) -> None:
+        self._messages, self._keep = messages, keep
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice) or index < len(self._messages) - self._keep:
+            raise AssertionError(f"read old history: {index!r}")
+        return self._messages[index]
+
+
+def test_the_rule_reads_only_the_newest_turns_of_a_long_thread() -> None:
+    """Issue 12 (flat turns): the rule was a pass over the whole history on every run."""
+    old: list[BaseMessage] = [
+        m for i in range(300) for m in (HumanMessage(f"q{i}"), AIMessage(f"a{i}."))
+    ]
+    clarifying = [
+        m
+        for _ in range(CLARIFICATIONS_BEFORE_ESCALATION)
+        for m in (HumanMessage("hm?"), stamped("Which product do you mean?", "clarifying"))
+    ]
+    keep = 2 * CLARIFICATIONS_BEFORE_ESCALATION + 2
+    assert escalation_due(_RecentOnly([*old, *clarifying, HumanMessage("dental")], keep))
+    assert not escalation_due(_RecentOnly([*old, HumanMessage("dental")], keep))
+    assert escalation_due(_RecentOnly([*old, HumanMessage("Can I talk to a human?")], 1))
 
 
 # ---------------------------------------------------------------------------------------------

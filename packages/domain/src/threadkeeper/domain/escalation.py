@@ -215,13 +215,18 @@ def escalation_due(messages: Sequence[BaseMessage]) -> bool:
     (AI messages with text and no tool calls) before it were all clarifying
     (:func:`is_clarifying`). Messages after the newest human message (tool calls, tool
     results, the answer itself) do not matter."""
-    human_at = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
+    # From the end, and no further back than the rule looks: a turn late in a long thread
+    # costs what an early one does (issue 12: this was a pass over the whole history per run).
+    human_at = next(
+        (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], HumanMessage)), -1
+    )
     if human_at >= 0 and asks_for_person(_text(messages[human_at])):
         return True
-    replies = [
-        m
-        for m in messages[: max(human_at, 0)]
-        if isinstance(m, AIMessage) and not m.tool_calls and _text(m).strip()
-    ]
-    recent = replies[-CLARIFICATIONS_BEFORE_ESCALATION:]
+    recent: list[BaseMessage] = []
+    for i in range(human_at - 1, -1, -1):
+        if len(recent) == CLARIFICATIONS_BEFORE_ESCALATION:
+            break
+        m = messages[i]
+        if isinstance(m, AIMessage) and not m.tool_calls and _text(m).strip():
+            recent.append(m)
     return len(recent) == CLARIFICATIONS_BEFORE_ESCALATION and all(is_clarifying(m) for m in recent)
