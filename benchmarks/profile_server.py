@@ -37,6 +37,9 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.service_support import start_sink
+
 QUESTIONS = (
     "Is dental treatment covered by my health insurance?",
     "How do I file a claim for my car accident?",
@@ -147,10 +150,18 @@ def main() -> int:
     parser.add_argument("--long", type=int, default=0, help="one thread of this many turns")
     parser.add_argument("--seconds", type=float, default=20.0, help="py-spy's window")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--no-otlp",
+        action="store_true",
+        help="no OTLP endpoint (the benchmarks export spans and metrics to a loopback sink)",
+    )
     args = parser.parse_args()
     py_spy = shutil.which("py-spy") or str(Path.home() / ".local/bin/py-spy")
     port, data = free_port(), tempfile.mkdtemp(prefix="tk-profile-")
     env = {**os.environ, "THREADKEEPER_PROFILE": args.profile, "THREADKEEPER_DATA_DIR": data}
+    sink = None if args.no_otlp else start_sink(Path(data))
+    if sink is not None:  # as the benchmarks run it: tracing and metrics exported
+        env.update(OTEL_EXPORTER_OTLP_ENDPOINT=sink.url, OTEL_SERVICE_NAME="threadkeeper-profile")
     server = subprocess.Popen(
         [sys.executable, "-m", "threadkeeper.app.cli", "serve", "--port", str(port)],
         env=env,
@@ -190,6 +201,8 @@ def main() -> int:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
+        if sink is not None:
+            sink.stop()
         shutil.rmtree(data, ignore_errors=True)
     total, areas, ours = breakdown(args.out.with_suffix(".txt"))
     lines = [
@@ -201,7 +214,9 @@ def main() -> int:
         ),
         "",
         f"Command: `.venv/bin/python benchmarks/profile_server.py "
-        f"{'--long ' + str(args.long) + ' ' if args.long else ''}--out {args.out}`",
+        f"{'--long ' + str(args.long) + ' ' if args.long else ''}"
+        f"{'--no-otlp ' if args.no_otlp else ''}--out {args.out}`"
+        + ("" if args.no_otlp else " (spans and metrics exported over OTLP to a loopback sink)"),
         "",
         f"{runs} runs in {elapsed:.1f} s ({runs / elapsed:.1f} runs/s); server CPU "
         f"{cpu / runs * 1000:.1f} ms per run; {total} samples (`--gil`: the thread holding "

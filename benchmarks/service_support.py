@@ -34,10 +34,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import psutil
+
+if TYPE_CHECKING:
+    import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER_DIR = Path(__file__).resolve().parent / "peer"
@@ -87,6 +89,8 @@ def _task_cpu_ns(pid: int) -> int:
 
 
 def process_tree(pid: int) -> list[psutil.Process]:
+    import psutil  # the bench group's; imported here so that profile_server.py needs only httpx
+
     root = psutil.Process(pid)
     try:
         return [root, *root.children(recursive=True)]
@@ -100,6 +104,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def rss_bytes(pid: int) -> int:
+    import psutil
+
     total = 0
     for proc in process_tree(pid):
         with contextlib.suppress(psutil.Error):
