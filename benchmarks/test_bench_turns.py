@@ -34,21 +34,17 @@ from benchmarks.conftest import ServiceSize, record_arm
 from benchmarks.service_support import Fleet, median, question, warm
 
 FLAT_MAX_RATIO = 1.2
-CPU_FLAT_UNMET = (
-    "issue 12 open: CPU per turn still grows with the thread (embedded ~12% from turn 5 to 50, "
-    "1.15-1.20 measured in CI; full size 1.27 at 200 / 10): passes over the whole history remain "
-    "per run (LangGraph's add_messages, the checkpoint's messages, the thread's order)"
+FULL_FLAT_UNMET = (
+    "issue 12 open: at 200 turns a turn still costs more than at 10 (passes over the whole "
+    "history per run: LangGraph's add_messages on every write to the messages channel, the "
+    "checkpoint's messages decoded and encoded again, the window grown to the budget; "
+    "docs/benchmarks.md, 'Flat turns')"
 )
-"""Why the CPU flat-turn gate does not bind yet (``report.py``: ``gate_unmet``)."""
-LATENCY_FLAT_UNMET = (
-    "issue 12 open: latency per turn is not flat enough to gate on 3 threads x 5 turns: "
-    "turn 50 / turn 5 measured 0.92-1.48 on embedded and 0.82-1.59 on postgres over 11 "
-    "back-to-back runs of this file on an idle machine (2026-12-02; 1.03-1.15 in the CI runs "
-    "before); weighing the thread after every round (O(thread) each) made it worse and is now "
-    "sampled (runs.execute.WEIGH_EVERY_SECONDS)"
-)
-"""Why the latency flat-turn gate does not bind for now (it did until 2026-12-02)."""
+"""Why the flat-turn gates do not bind at full size yet (``report.py``: ``gate_unmet``); they
+bind at the reduced size, in CI."""
 MARK_HALF_WIDTH = 2
+REDUCED_LAST_MARK = 50
+"""The reduced size's last mark: up to it the gates bind."""
 WARMUP_RUNS = 3
 
 
@@ -120,7 +116,8 @@ def test_service_turns(benchmark, service_fleet: Fleet, service_size: ServiceSiz
         info[f"{cpu_ratio}_same_threads"] = round(_at(used, last) / _at(used, first), 3)
         info["rss_mb"] = round(target.rss() / 2**20, 1)
         info["gate_max"] = {latency_ratio: FLAT_MAX_RATIO, cpu_ratio: FLAT_MAX_RATIO}
-        info["gate_unmet"] = {cpu_ratio: CPU_FLAT_UNMET, latency_ratio: LATENCY_FLAT_UNMET}
+        if last > REDUCED_LAST_MARK:
+            info["gate_unmet"] = {cpu_ratio: FULL_FLAT_UNMET, latency_ratio: FULL_FLAT_UNMET}
         info["series"] = {
             "latency_ms_per_turn": [
                 round(median([thread[t] for thread in lat]) * 1e3, 3) for t in range(turns)
