@@ -7,7 +7,8 @@ promises the opposite — a run that does not finish leaves the thread exactly a
 the compiled graph's checkpointer is an ``AtomicSaver``: inside ``staging(thread_id)`` every
 ``aput``/``aput_writes`` for that thread goes to an in-memory log, reads see the log on top of
 the real saver, and ``commit()`` replays the log, in order, into the real saver. A run that
-ends any other way just drops its log.
+ends any other way just drops its log. What the real saver answers for the thread is read
+once per staging (``Staging.read``): the thread is the run's until it commits.
 
 The staging is carried by a ``ContextVar``: the graph is compiled once, and LangGraph's tasks
 inherit the run task's context.
@@ -58,6 +59,11 @@ class Staging:
     writes: dict[str, list[tuple[str, str, Any]]] = field(default_factory=dict)
     latest: str | None = None
     committed: bool = False
+    read: dict[tuple[str, str], CheckpointTuple | None] = field(default_factory=dict)
+    """What the real saver answered for this thread, by (namespace, checkpoint id or "" for
+    the newest): the thread is the round's until it commits, so the real saver's answer
+    cannot change in between, and it is read once (the cold-start check and the graph's own
+    read were two reads and two decodings of the whole checkpoint)."""
 
     def owns(self, config: RunnableConfig) -> bool:
         return bool(config.get("configurable", {}).get("thread_id") == self.thread_id)
@@ -124,7 +130,22 @@ class AtomicSaver(BaseCheckpointSaver[Any]):
                 parent_config=parent,
                 pending_writes=list(staging.writes.get(wanted, [])),
             )
-        found = await self.base.aget_tuple(config)
+        configurable = config.get("configurable", {})
+        key = (str(configurable.get("checkpoint_ns", "")), _checkpoint_id(config) or "")
+        if key in staging.read:
+            found = staging.read[key]
+            if found is not None:  # a copy, as LangGraph's own savers hand out
+                found = found._replace(
+                    checkpoint=copy_checkpoint(found.checkpoint),
+                    pending_writes=list(found.pending_writes or []),
+                )
+        else:
+            found = staging.read[key] = await self.base.aget_tuple(config)
+            if found is not None:
+                staging.read[key] = found._replace(
+                    checkpoint=copy_checkpoint(found.checkpoint),
+                    pending_writes=list(found.pending_writes or []),
+                )
         if found is None:
             return None
         extra = staging.writes.get(_checkpoint_id(found.config) or "")
@@ -187,6 +208,9 @@ class AtomicSaver(BaseCheckpointSaver[Any]):
     # -- everything else goes to the real saver ---------------------------------------------
 
     async def adelete_thread(self, thread_id: str) -> None:
+        staging = _current.get()
+        if staging is not None and staging.thread_id == thread_id:
+            staging.read.clear()  # what was read of the thread is gone
         await self.base.adelete_thread(thread_id)
 
     def get_next_version(self, current: Any, channel: None = None) -> Any:

@@ -497,6 +497,41 @@ class BackendConformance:
         assert await head_of(backend, ref) == head, "a failed graph run stores nothing"
         assert len(await transcript_of(backend, ref) or []) == 4
 
+    async def test_a_round_reads_the_threads_checkpoint_from_the_store_once(
+        self, backend: Backend, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The seed's look at the thread (is the checkpoint behind the archive?) and the graph's
+        own read are one read of the store: the thread is the round's until it is stored, so
+        what the store holds for it cannot change in between. (Issue 12: on redis-mysql each
+        run read and decoded the whole Redis checkpoint twice, the dearest step of a turn.)"""
+        ref = new_ref()
+        await store_round(backend, ref, Turn.make(0))
+        reads: list[Any] = []
+        read = backend.saver.aget_tuple
+
+        async def counted(config: Any) -> Any:
+            reads.append(config)
+            return await read(config)
+
+        monkeypatch.setattr(backend.saver, "aget_tuple", counted)
+        builder = StateGraph(MessagesState)
+        builder.add_node("answer", lambda state: {"messages": [Turn.make(1).ai]})
+        builder.add_edge(START, "answer")
+        builder.add_edge("answer", END)
+        graph = builder.compile(checkpointer=backend.checkpointer)
+        config: Any = thread_config(ref)
+        async with backend.lock.hold(ref.key, "r1", tenant_id=ref.tenant_id) as claim:
+            with backend.round(ref.key, claim) as work:
+                assert await backend.transcript.seed(ref.key) is None
+                await graph.ainvoke({"messages": [Turn.make(1).human]}, config, durability="exit")
+                state = await graph.aget_state(config)
+                assert [m.type for m in state.values["messages"]] == ["human", "ai"] * 2
+                assert len(reads) == 1, reads
+                turn = Turn(Turn.make(1).human, state.values["messages"][-1], now())
+                assert await work.store(record_of(ref, turn, "r1"), round_of(ref, turn, "r1"))
+        monkeypatch.undo()
+        assert len(await transcript_of(backend, ref) or []) == 4
+
     # --- the run record belongs to the round --------------------------------------------------
 
     async def test_each_record_names_its_rounds_checkpoint_and_replay_finds_its_messages(

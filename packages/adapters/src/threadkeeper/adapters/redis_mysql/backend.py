@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import asyncmy
@@ -360,12 +361,17 @@ class RedisMysqlBackend(RoundsOf):
     lock: ClaimedLock
     """``RedisRunLock`` for exclusion, the claims in MySQL (with the rounds they fence)."""
     retention: ArchiveRetention
-    transcript: ArchiveTranscript
-    """The archive is the transcript; the checkpoints a cache of the recent context."""
     rate_windows: RedisWindows
     """The rate limit's windows in Redis, shared by every replica."""
     weigher: ThreadWeigher = field(default_factory=ThreadWeigher)
     """The thread's rows in the MySQL database's tables (``storage_usage``)."""
+
+    @cached_property
+    def transcript(self) -> ArchiveTranscript:
+        """The archive is the transcript; the checkpoints a cache of the recent context — read
+        through ``checkpointer``, so that inside a round the cold-start check's read of the
+        thread's checkpoint is the graph's read too (``AtomicSaver``: once per round)."""
+        return ArchiveTranscript(self.archive, self.checkpointer)
 
     @property
     def storage_kinds(self) -> frozenset[str]:
@@ -462,7 +468,6 @@ async def open_redis_mysql(
             rounds=ArchiveRoundStore(engine, archive, saver, POST_COMMIT_REDIS_SECONDS),
             lock=lock,
             retention=ArchiveRetention(archive, saver, store, runs, lock, fences),
-            transcript=ArchiveTranscript(archive, saver),
             rate_windows=RedisWindows(redis),
         )
     finally:

@@ -377,7 +377,7 @@ class InMemoryBackend(RoundsOf):
         self.lock = ClaimedLock(InMemoryRunLock(), self.fences)
         self.rounds: MemoryRoundStore = MemoryRoundStore(self)
         self.transcript: CheckpointTranscript | ArchiveTranscript = (
-            ArchiveTranscript(self.archive, self.saver)
+            ArchiveTranscript(self.archive, self.checkpointer)
             if self.archive is not None
             else CheckpointTranscript(self.saver)
         )
