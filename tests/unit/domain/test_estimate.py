@@ -1,7 +1,8 @@
 """``EstimatingCounter`` against exact ``o200k_base`` counts, and its edge cases.
 
-Accuracy is asserted on ``tests/data/token_corpus/heldout.jsonl`` only: the weights were fitted
-on ``fit.jsonl``, which shares no sentence with it (checked below). No timing is asserted here;
+Accuracy is asserted on ``tests/data/token_corpus/heldout.jsonl`` (overall) and on the three EVAL
+sources (per source and language; the unmet groups are strict xfails): the weights were fitted on
+the FIT files only, which share no text with them (checked below). No timing is asserted here;
 speed is ``benchmarks/test_bench_estimator.py``.
 """
 
@@ -18,7 +19,11 @@ from langchain_core.messages import AIMessage, HumanMessage
 from threadkeeper.domain.estimate import (
     BYTE_CLASSES,
     CLASS_WEIGHTS,
+    CONSTANT,
     PAIR_WEIGHTS,
+    PERSIAN_CHARS,
+    PERSIAN_CLASSES,
+    PERSIAN_WEIGHTS,
     SCALE,
     EstimatingCounter,
 )
@@ -40,19 +45,33 @@ def p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=20, method="inclusive")[18]
 
 
+PAGE = dict(zip(PERSIAN_CHARS, PERSIAN_CLASSES, strict=True))
+
+
 def reference(text: str) -> int:
-    """The estimator's arithmetic written plainly: Python-level sums, no table, chunks or zlib."""
+    """The estimator's arithmetic written plainly: Python-level sums, no table, codec or zlib."""
     if not text:
         return 0
     if text.isspace():
         return max(1, len(text) // 16)
-    data = text.encode("utf-8", "surrogatepass")
-    total = sum(CLASS_WEIGHTS[BYTE_CLASSES[byte]] for byte in data)
+    other = sum(1 for char in text if not char.isascii() and char not in PAGE)
+    if "\u0627" in text and other * 8 <= len(text):  # Arabic script: by the code page's classes
+        total = 0
+        for char in text:
+            if char.isascii():
+                total += CLASS_WEIGHTS[BYTE_CLASSES[ord(char)]]
+            elif char in PAGE:
+                total += PERSIAN_WEIGHTS[PAGE[char]]
+            else:
+                total += PERSIAN_WEIGHTS["other"]
+    else:  # a weight per UTF-8 byte, and the Persian-digit pair
+        data = text.encode("utf-8", "surrogatepass")
+        total = sum(CLASS_WEIGHTS[BYTE_CLASSES[byte]] for byte in data)
+        persian_digits = sum(1 for char in text if "\u06f0" <= char <= "\u06f9")
+        total += PAIR_WEIGHTS["persian_digit"] * persian_digits
     if "```" in text:
         total += PAIR_WEIGHTS["space_pair"] * text.count("  ")
-    persian_digits = sum(1 for char in text if "\u06f0" <= char <= "\u06f9")
-    total += PAIR_WEIGHTS["persian_digit"] * persian_digits
-    return max(1, (total + SCALE // 2) // SCALE)
+    return max(1, (total + CONSTANT + SCALE // 2) // SCALE)
 
 
 @pytest.fixture(scope="module")
@@ -139,19 +158,17 @@ EVAL_SHA256 = {
 }
 #: (source, lang) groups where the current weights do NOT meet the bounds (mean / p95 measured
 #: by ``fit_estimator.py --eval``; docs/token-estimator.md). Strict: a fix makes them XPASS.
+#: 9 of 18; the weights before this round missed 12 of 18.
 EVAL_UNMET = {
-    ("handwritten", "fa"): "mean 5.5% > 5%",
-    ("handwritten", "zh"): "mean 8.0%, p95 15.4%",
-    ("handwritten", "en"): "mean 6.7%, p95 12.1% (under-counts numbers after spaces)",
-    ("handwritten", "fa+en"): "mean 6.5%, p95 17.4%",
-    ("handwritten", "code"): "mean 5.9%, p95 16.5%",
-    ("generated", "fa"): "mean 5.5%",
-    ("generated", "zh"): "mean 10.5%, p95 17.6% (word salad: fewer Han merges)",
-    ("generated", "fa+en"): "p95 13.6%",
-    ("generated", "zh+en"): "mean 6.5%, p95 12.8%",
-    ("markov", "fa"): "mean 6.8%, p95 13.9% (over-counts, +5.6%)",
-    ("markov", "zh"): "mean 8.4%, p95 12.4% (under-counts, -8.4%)",
-    ("markov", "fa+en"): "mean 8.4%, p95 13.9% (over-counts, +8.2%)",
+    ("handwritten", "zh"): "mean 6.8%, p95 13.5%",
+    ("handwritten", "en"): "mean 5.2% (under-counts numbers after spaces, -4.6%)",
+    ("handwritten", "zh+en"): "mean 6.8%, p95 12.2% (over-counts, +5.0%)",
+    ("handwritten", "code"): "mean 6.6%, p95 16.5%",
+    ("generated", "zh"): "mean 8.2%, p95 15.1% (word salad: fewer Han merges, -8.2%)",
+    ("generated", "fa+en"): "mean 6.6% (over-counts, +6.0%)",
+    ("generated", "zh+en"): "mean 5.1%, p95 15.5%",
+    ("markov", "zh"): "mean 5.9% (under-counts, -5.9%)",
+    ("markov", "fa+en"): "mean 6.4% (over-counts, +6.3%)",
 }
 
 
@@ -301,6 +318,13 @@ def test_corpus_files_are_rebuilt_identically_from_their_sources() -> None:
         "😀" * 30_000,  # the heaviest bytes there are
         "中" * 40_000,
         "\ud800 lone surrogate",
+        "ا" * 1000 + "ب" * 60_000,  # the code page: many adler32 chunks
+        "سلام 😀\ud800 café 中文 ok",  # characters the code page lacks (> 1 in 8: UTF-8)
+        "سلام، وقت بخیر 😀 ok",  # one character the code page lacks
+        "سلام، " + "؟" * 70_000,  # the heaviest entry of the code page
+        "۰۹۱۲۳۴۵۶۷۸۹ ۱۲٬۵۰۰",  # Persian digits without an alef: the UTF-8 way's pair count
+        "```\n    indented\n```",
+        "```\nسلام\n    ا\n```",
     ],
     ids=lambda t: f"{t[:12]!r}x{len(t)}",
 )
@@ -311,8 +335,29 @@ def test_count_text_matches_the_plain_weighted_sum(estimate: EstimatingCounter, 
 def test_count_text_matches_the_plain_weighted_sum_on_the_corpus(
     estimate: EstimatingCounter,
 ) -> None:
-    rows = load("fit") + load("heldout")
+    rows = [row for path in sorted(CORPUS.rglob("*.jsonl")) for row in map(json.loads, path.open())]
+    assert len(rows) > 1600
     assert [estimate.count_text(r["text"]) for r in rows] == [reference(r["text"]) for r in rows]
+
+
+def test_the_code_page_is_ascii_plus_persian_and_every_character_has_a_class() -> None:
+    assert len(PERSIAN_CHARS) == len(set(PERSIAN_CHARS)) <= 128
+    assert not any(char.isascii() for char in PERSIAN_CHARS)
+    assert set(PERSIAN_CLASSES) | {"other"} == set(PERSIAN_WEIGHTS)
+    assert PAGE["\u06f5"] == PAGE["\u0665"] == "fa_digit"
+    assert PAGE["\u200c"] == "zwnj"
+    # a Persian digit costs the same either way: DB + B0..B9 + the pair == fa_digit
+    utf8_digit = (
+        CLASS_WEIGHTS["arabic_db"]
+        + CLASS_WEIGHTS["continuation_b0"]
+        + PAIR_WEIGHTS["persian_digit"]
+    )
+    assert utf8_digit == PERSIAN_WEIGHTS["fa_digit"]
+    # and so does a letter: lead + continuation == its code-page class
+    for char in "ابپچکگی":
+        lead, cont = char.encode()
+        utf8 = CLASS_WEIGHTS[BYTE_CLASSES[lead]] + CLASS_WEIGHTS[BYTE_CLASSES[cont]]
+        assert abs(utf8 - PERSIAN_WEIGHTS[PAGE[char]]) <= 1, char
 
 
 # --- edge cases -----------------------------------------------------------------------------
@@ -397,8 +442,14 @@ def test_concatenation_is_about_the_sum_of_the_parts(
     for left, right in zip(rows[::7], rows[3::7], strict=False):
         a, b = left["text"], right["text"]
         joined = estimate.count_text(a + "\n" + b)
-        # weights add up: only the rounding of each part and the newline separate the two
-        assert abs(joined - estimate.count_text(a) - estimate.count_text(b)) <= 2
+        parts = estimate.count_text(a) + estimate.count_text(b)
+        if ("\u0627" in a) == ("\u0627" in b) or "zh" not in (left["lang"] + right["lang"]):
+            # weights add up: only the rounding of each part, the newline and one CONSTANT
+            assert abs(joined - parts) <= 2
+        else:
+            # Persian joined to Chinese is counted the UTF-8 way (the code page would drop the
+            # Han), which prices Persian punctuation and ZWNJ by their bytes: close, not equal
+            assert abs(joined - parts) <= 0.03 * parts
         assert joined >= max(estimate.count_text(a), estimate.count_text(b))
         truth = exact.count_text(a + "\n" + b)
         errors.append(abs(joined - truth) / truth)
