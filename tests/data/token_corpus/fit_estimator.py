@@ -25,7 +25,8 @@ Fitting (the ``FIT_FILES`` only):
    and ``continuation_b0`` unique, which the Persian-digit count needs).
 
 ``--cv`` refits with each FIT source left out in turn and reports the left-out groups: model
-choices (classes, ridge, the implicit space) were made on these figures, FIT only.
+choices (classes, ridge, the implicit space, a space weight of the code page's own) were made
+on these figures, FIT only.
 
 ``--eval`` prints, for the weights now in ``estimate.py`` and for the model before this round
 (``PREV_WEIGHTS``), the mean and p95 of |relative error| per language x source on FIT, HELD-OUT
@@ -95,10 +96,10 @@ FITTED = (
         if name not in PRIORS and name not in FIXED and name not in DERIVED
     )
     + tuple(dict.fromkeys(PERSIAN_CLASSES))
-    + ("other", "space_pair")
+    + ("fa_space", "other", "space_pair")
 )
-#: Every text counts one more of this class: its first word starts a token as a word after a
-#: space does, but has no space to pay for it (``CONSTANT`` in ``estimate.py``).
+#: Every text counts one more of this class (``fa_space`` on the code page): its first word starts
+#: a token as a word after a space does, but has no space to pay for it (``CONSTANT``).
 IMPLICIT = "space"
 #: Tokens per byte each fitted weight is pulled towards (ridge ``RIDGE``): what a class costs
 #: roughly, so that the rare ones (a few dozen occurrences in FIT: emoji, ZWJ, tabs, dashes and
@@ -113,8 +114,9 @@ SHRINK_TO = {
     "tab": 0.1,
 }
 #: Ridge strength (in the units of the normal equations) for the classes of SHRINK_TO; chosen by
-#: leave-one-FIT-source-out cross-validation (``--cv``: 0.0001 -> 0.0501, 0.001 -> 0.0479,
-#: 0.01 -> 0.0476, 0.1 -> 0.0479 mean error over the left-out groups).
+#: leave-one-FIT-source-out cross-validation (``--cv``, with a free per-text constant then:
+#: 0.0001 -> 0.0501, 0.001 -> 0.0479, 0.01 -> 0.0476, 0.1 -> 0.0479 mean error over the left-out
+#: groups).
 RIDGE = 0.01
 #: Largest table entry (weight + offset) allowed: an adler32 chunk stays >= 65520 // 127 bytes.
 MAX_ENTRY = 127
@@ -196,10 +198,13 @@ def features(text: str) -> tuple[Counter[str], int]:
     counts: Counter[str] = Counter()
     fixed = 0
     other = sum(1 for char in text if not char.isascii() and char not in _PERSIAN_CLASS)
-    if "\u0627" in text and other * 8 <= len(text):  # the Arabic-script code page
+    page = "\u0627" in text and other * 8 <= len(text)
+    if page:  # the Arabic-script code page
         for char, n in Counter(text).items():
             ascii_class = BYTE_CLASSES[ord(char)] if char.isascii() else None
             name = ascii_class or _PERSIAN_CLASS.get(char, "other")
+            if name == "space":
+                name = "fa_space"  # a word start in Arabic-script text has a weight of its own
             if name in PRIORS:
                 fixed += n * round(PRIORS[name] * SCALE)
             else:
@@ -223,7 +228,7 @@ def features(text: str) -> tuple[Counter[str], int]:
         fixed -= digits * FIXED["continuation_b0"] - digits * CONTINUATION
     if "```" in text:
         counts["space_pair"] += text.count("  ")
-    counts[IMPLICIT] += 1  # the first word: a word start without a space
+    counts["fa_space" if page else IMPLICIT] += 1  # the first word: a word start, no space
     return counts, fixed
 
 
@@ -284,6 +289,7 @@ def tables(weights: dict[str, int]) -> tuple[list[int], list[int]]:
         full[f"arabic_{lead}"] = weights[f"fa_{lead}"] - CONTINUATION
     utf8 = [full[name] for name in BYTE_CLASSES]
     page = utf8[:128] + [full[name] for name in PERSIAN_CLASSES] + [full["other"]]
+    page[0x20] = full["fa_space"]
     return utf8, page
 
 
@@ -292,6 +298,7 @@ def module_weights(weights: dict[str, int]) -> dict[str, int]:
     utf8, _ = tables(weights)
     out = dict(zip(BYTE_CLASSES, utf8, strict=True))
     out.update({name: weights[name] for name in dict.fromkeys(PERSIAN_CLASSES)})
+    out["fa_space"] = weights["fa_space"]
     out["other"] = weights["other"]
     out["space_pair"] = weights["space_pair"]
     out["persian_digit"] = weights["fa_digit"] - out["arabic_db"] - FIXED["continuation_b0"]
@@ -401,7 +408,7 @@ def fit() -> None:
     for name in dict.fromkeys(BYTE_CLASSES):
         print(f'        "{name}": {stored[name]},')
     print("PERSIAN_WEIGHTS:")
-    for name in (*dict.fromkeys(PERSIAN_CLASSES), "other"):
+    for name in ("fa_space", *dict.fromkeys(PERSIAN_CLASSES), "other"):
         print(f'        "{name}": {stored[name]},')
     print("PAIR_WEIGHTS:", {n: stored[n] for n in ("space_pair", "persian_digit")})
     print("CONSTANT =", stored["constant"])

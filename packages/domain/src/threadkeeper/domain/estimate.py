@@ -16,10 +16,11 @@ The estimate is a weighted count of the text's characters, by class, taken in on
   digit ``۰``-``۹`` (``DB B0``-``DB B9``) in text without an alef is found as a pair of table
   values (``persian_digit``).
 
-Both ways share the ASCII weights. Each class has a weight in 1/``SCALE`` tokens; two more terms
-are added: ``space_pair`` (two spaces in a row, counted only in text with a markdown code fence,
-where o200k packs indentation into one token) and ``CONSTANT`` per text (the first word of a
-text has no leading space, so it is a token the space weights do not pay). So
+Both ways share the ASCII weights, except the space's (``fa_space`` on the code page). Each class
+has a weight in 1/``SCALE`` tokens; two more terms are added: ``space_pair`` (two spaces in a row,
+counted only in text with a markdown code fence, where o200k packs indentation into one token)
+and ``CONSTANT`` per text (the first word of a text has no leading space, so it is a token the
+space weights do not pay: one more space's weight). So
 
     tokens ~ round((sum of the weights + space pairs * space_pair + CONSTANT) / SCALE)
 
@@ -172,58 +173,62 @@ PERSIAN_CLASSES: tuple[str, ...] = tuple(persian_class(c) for c in PERSIAN_CHARS
 CLASS_WEIGHTS: Mapping[str, int] = MappingProxyType(
     {
         "space": 28,
-        "tab": 5,
-        "newline": 32,
-        "upper": -1,
+        "tab": 4,
+        "newline": 31,
+        "upper": 0,
         "lower": 1,
         "digit": 15,
         "period": 37,
-        "bracket": 20,
+        "bracket": 18,
         "quote": 14,
-        "dash": 36,
-        "colon": 23,
-        "symbol": -4,
+        "dash": 37,
+        "colon": 25,
+        "symbol": -2,
         "control": 32,
         "continuation_b0": 13,
         "continuation": 12,
-        "arabic_d8": -10,
-        "arabic_d9": -3,
-        "arabic_da": -2,
-        "arabic_db": -7,
+        "arabic_d8": -9,
+        "arabic_d9": -2,
+        "arabic_da": -1,
+        "arabic_db": -4,
         "two_byte": -6,
-        "general": 3,
-        "cjk_symbol": 28,
+        "general": -1,
+        "cjk_symbol": 25,
         "han": -2,
-        "fullwidth": 29,
+        "fullwidth": 28,
         "three_byte": -11,
-        "astral": 43,
+        "astral": 37,
         "invalid": 0,
     }
 )
-#: Weight of each class of the Arabic-script way in 1/SCALE tokens (fitted with the others);
-#: ``other`` is the weight of each character the code page lacks.
+#: Weight of each class of the Arabic-script way in 1/SCALE tokens (fitted with the others):
+#: ``fa_space`` is the ASCII space there (a word start in Persian text costs other than in
+#: English), ``other`` the weight of each character the code page lacks; the other ASCII
+#: characters weigh as in ``CLASS_WEIGHTS``.
 PERSIAN_WEIGHTS: Mapping[str, int] = MappingProxyType(
     {
-        "fa_d8": 2,
-        "fa_d9": 9,
-        "fa_da": 10,
-        "fa_db": 5,
+        "fa_space": 24,
+        "fa_d8": 3,
+        "fa_d9": 10,
+        "fa_da": 11,
+        "fa_db": 8,
         "fa_digit": 30,
-        "fa_mark": 11,
-        "fa_punct": 62,
-        "zwnj": 22,
-        "fa_format": 52,
-        "fa_general": 38,
-        "other": 63,
+        "fa_mark": 10,
+        "fa_punct": 56,
+        "zwnj": 21,
+        "fa_format": 29,
+        "fa_general": 33,
+        "other": 66,
     }
 )
 #: Weight of each pair feature in 1/SCALE tokens: ``space_pair`` fitted, ``persian_digit`` (UTF-8
 #: way only) set so that a Persian digit costs ``fa_digit`` there too.
-PAIR_WEIGHTS: Mapping[str, int] = MappingProxyType({"space_pair": -40, "persian_digit": 24})
+PAIR_WEIGHTS: Mapping[str, int] = MappingProxyType({"space_pair": -38, "persian_digit": 21})
 #: Added once per (non-empty, non-whitespace) text, in 1/SCALE tokens: one word start, i.e. the
-#: ``space`` weight. The first word of a text is a token of its own like a word after a space,
-#: but has no space to pay for it.
+#: ``space`` weight (``fa_space`` on the code page). The first word of a text is a token of its
+#: own like a word after a space, but has no space to pay for it.
 CONSTANT = CLASS_WEIGHTS["space"]
+_P_CONSTANT = PERSIAN_WEIGHTS["fa_space"]
 
 #: Added to every class weight in the UTF-8 translate table, so that every entry is >= 0; the sum
 #: then subtracts ``OFFSET`` per byte.
@@ -232,7 +237,9 @@ _P_OFFSET = -min(0, *PERSIAN_WEIGHTS.values(), *(CLASS_WEIGHTS[c] for c in BYTE_
 
 _TABLE = bytes(CLASS_WEIGHTS[name] + OFFSET for name in BYTE_CLASSES)
 _P_TABLE = bytes(
-    [CLASS_WEIGHTS[name] + _P_OFFSET for name in BYTE_CLASSES[:128]]
+    [CLASS_WEIGHTS[name] + _P_OFFSET for name in BYTE_CLASSES[:32]]
+    + [PERSIAN_WEIGHTS["fa_space"] + _P_OFFSET]
+    + [CLASS_WEIGHTS[name] + _P_OFFSET for name in BYTE_CLASSES[33:128]]
     + [PERSIAN_WEIGHTS[name] + _P_OFFSET for name in PERSIAN_CLASSES]
     + [0] * (128 - len(PERSIAN_CLASSES))
 )
@@ -319,7 +326,7 @@ def _estimate(
                 total = (_adler32(weights, 0) & 0xFFFF) - _P_OFFSET * size
             else:
                 total = _sum(weights, _p_chunk) - _P_OFFSET * size
-            total += _OTHER * other
+            total += _OTHER * other + _P_CONSTANT - CONSTANT
         else:  # mostly other scripts (Persian and Chinese together, ...): the UTF-8 way
             total = _utf8_total(text)
     else:
