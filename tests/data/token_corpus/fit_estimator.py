@@ -122,13 +122,6 @@ RIDGE = 0.01
 MAX_ENTRY = 127
 _PERSIAN_CLASS = dict(zip(PERSIAN_CHARS, PERSIAN_CLASSES, strict=True))
 
-#: The previous model (SCALE 24, one letter class, one continuation class), for ``--eval``.
-OLD_SCALE = 24
-OLD_WEIGHTS = {
-    "space": 16, "newline": 13, "letter": 2, "digit": 10, "punct": 19, "control": 24,
-    "continuation": 5, "arabic": 1, "two_byte": 0, "general": 12, "cjk_symbol": 28, "han": 7,
-    "fullwidth": 21, "three_byte": 0, "astral": 45, "invalid": 0,
-}  # fmt: skip
 #: The model before this round (``estimator2``): UTF-8 bytes only, SCALE 32, for ``--eval``.
 PREV_WEIGHTS = {
     "space": 27, "tab": -4, "newline": 30, "upper": 1, "lower": 1, "digit": 15, "period": 39,
@@ -141,32 +134,7 @@ PREV_WEIGHTS = {
 _PERSIAN_DIGIT = re.compile("[\u06f0-\u06f9]")
 
 
-def _old_class(name: str) -> str:
-    if name in ("upper", "lower"):
-        return "letter"
-    if name in ("period", "bracket", "quote", "dash", "colon", "symbol"):
-        return "punct"
-    if name == "tab":
-        return "newline"
-    if name.startswith("continuation"):
-        return "continuation"
-    if name.startswith("arabic"):
-        return "arabic"
-    return name
-
-
-_OLD_TABLE = [OLD_WEIGHTS[_old_class(name)] for name in BYTE_CLASSES]
 _PREV_TABLE = [PREV_WEIGHTS[name] for name in BYTE_CLASSES]
-
-
-def old_estimate(text: str) -> int:
-    """The ``EstimatingCounter.count_text`` before issue 12's first round."""
-    if not text:
-        return 0
-    if text.isspace():
-        return len(text) // 16 or 1
-    total = sum(_OLD_TABLE[b] for b in text.encode("utf-8", "surrogatepass"))
-    return max(1, (total + OLD_SCALE // 2) // OLD_SCALE)
 
 
 def prev_estimate(text: str) -> int:
