@@ -1,7 +1,8 @@
 """``EstimatingCounter`` against exact ``o200k_base`` counts, and its edge cases.
 
-Accuracy is asserted on ``tests/data/token_corpus/heldout.jsonl`` only: the weights were fitted
-on ``fit.jsonl``, which shares no sentence with it (checked below). No timing is asserted here;
+Accuracy is asserted on ``tests/data/token_corpus/heldout.jsonl`` (overall) and on the three EVAL
+sources (per source and language; the unmet groups are strict xfails): the weights were fitted on
+the FIT files only, which share no text with them (checked below). No timing is asserted here;
 speed is ``benchmarks/test_bench_estimator.py``.
 """
 
@@ -18,7 +19,11 @@ from langchain_core.messages import AIMessage, HumanMessage
 from threadkeeper.domain.estimate import (
     BYTE_CLASSES,
     CLASS_WEIGHTS,
+    CONSTANT,
     PAIR_WEIGHTS,
+    PERSIAN_CHARS,
+    PERSIAN_CLASSES,
+    PERSIAN_WEIGHTS,
     SCALE,
     EstimatingCounter,
 )
@@ -40,19 +45,35 @@ def p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=20, method="inclusive")[18]
 
 
+PAGE = dict(zip(PERSIAN_CHARS, PERSIAN_CLASSES, strict=True))
+
+
 def reference(text: str) -> int:
-    """The estimator's arithmetic written plainly: Python-level sums, no table, chunks or zlib."""
+    """The estimator's arithmetic written plainly: Python-level sums, no table, codec or zlib."""
     if not text:
         return 0
     if text.isspace():
         return max(1, len(text) // 16)
-    data = text.encode("utf-8", "surrogatepass")
-    total = sum(CLASS_WEIGHTS[BYTE_CLASSES[byte]] for byte in data)
+    other = sum(1 for char in text if not char.isascii() and char not in PAGE)
+    if "\u0627" in text and other * 8 <= len(text):  # Arabic script: by the code page's classes
+        total = PERSIAN_WEIGHTS["fa_space"] - CONSTANT  # its own word-start weight
+        for char in text:
+            if char == " ":
+                total += PERSIAN_WEIGHTS["fa_space"]
+            elif char.isascii():
+                total += CLASS_WEIGHTS[BYTE_CLASSES[ord(char)]]
+            elif char in PAGE:
+                total += PERSIAN_WEIGHTS[PAGE[char]]
+            else:
+                total += PERSIAN_WEIGHTS["other"]
+    else:  # a weight per UTF-8 byte, and the Persian-digit pair
+        data = text.encode("utf-8", "surrogatepass")
+        total = sum(CLASS_WEIGHTS[BYTE_CLASSES[byte]] for byte in data)
+        persian_digits = sum(1 for char in text if "\u06f0" <= char <= "\u06f9")
+        total += PAIR_WEIGHTS["persian_digit"] * persian_digits
     if "```" in text:
         total += PAIR_WEIGHTS["space_pair"] * text.count("  ")
-    persian_digits = sum(1 for char in text if "\u06f0" <= char <= "\u06f9")
-    total += PAIR_WEIGHTS["persian_digit"] * persian_digits
-    return max(1, (total + SCALE // 2) // SCALE)
+    return max(1, (total + CONSTANT + SCALE // 2) // SCALE)
 
 
 @pytest.fixture(scope="module")
@@ -112,32 +133,46 @@ def test_heldout_covers_every_language(heldout_errors: dict[str, list[float]]) -
 # --- accuracy on EVAL: two independent sources per language, made before fitting ---------------
 
 EVAL = CORPUS / "eval"
-EVAL_SOURCES = ("handwritten", "generated")
+EVAL2 = CORPUS / "eval2"
+#: Each EVAL source and its file: ``markov`` (eval2/) was written and hashed after the other two
+#: had been looked at during fitting, and before the model that followed them was fitted.
+EVAL_FILES = {
+    "handwritten": EVAL / "handwritten.jsonl",
+    "generated": EVAL / "generated.jsonl",
+    "markov": EVAL2 / "markov.jsonl",
+}
+EVAL_SOURCES = tuple(EVAL_FILES)
 EVAL_LANGS = (*LANGS, "code")
 #: SHA-256 of the EVAL files as written before any weight was fitted (tests/data/token_corpus/
 #: README.md): a changed file would no longer be the corpus the weights never saw.
 EVAL_SHA256 = {
-    "handwritten.jsonl": "e4ae93452f21e0c1f11093dc2fca463dda8fa2d462d4a4bb4629429824223cd7",
-    "generated.jsonl": "2666789f53ce84623b8efeb20685abbf48f4453926073478712ea41750f4f9cd",
-    "generate_eval.py": "71bf7c584de2d5009183d0018d8474f263d1c28c8646f8926cf42a14e988e76a",
+    EVAL / "handwritten.jsonl": "e4ae93452f21e0c1f11093dc2fca463dda8fa2d462d4a4bb4629429824223cd7",
+    EVAL / "generated.jsonl": "2666789f53ce84623b8efeb20685abbf48f4453926073478712ea41750f4f9cd",
+    EVAL / "generate_eval.py": "71bf7c584de2d5009183d0018d8474f263d1c28c8646f8926cf42a14e988e76a",
+    EVAL2 / "markov.jsonl": "bd797871189f4e6c5ddabbe620b8d2fc0d3c592b6bbd1de4f995fe82444c8be4",
+    EVAL2 / "generate_eval2.py": "b4209800343ae4a0c67c3ecda5249f7b8275952d14f050670921ceabaf0d61eb",
+    EVAL2 / "seeds_code.txt": "2eedf1a6f2fe5a0c2fe4270f1971b0546dde71c6c19ab92c5c3588b2dbf01c05",
+    EVAL2 / "seeds_en.txt": "3e7683c3a013bb0a49f0cb47ffd71ac3cb443633d3dacb17dc7eef64ccd4de69",
+    EVAL2 / "seeds_fa.txt": "8643ec19b93072b0985d219c62cdc2a7417445af778d4928e9d53bd90d76a884",
+    EVAL2 / "seeds_fa_en.txt": "8766e6ce7b2670596e8d098544b94ace29041eb72ed2322d737ae1f82a5f28da",
+    EVAL2 / "seeds_zh.txt": "d1603eeafddb1f078602edd4b9681e1d8fd539378e3c0b5e61b11e57802fc82f",
+    EVAL2 / "seeds_zh_en.txt": "d21b18bef871c65d2bc9f519fd3dccf25bca5dba5f1dd736f6f95cffe7676a0b",
 }
 #: (source, lang) groups where the current weights do NOT meet the bounds (mean / p95 measured
 #: by ``fit_estimator.py --eval``; docs/token-estimator.md). Strict: a fix makes them XPASS.
+#: 6 of 18; the weights before this round missed 12 of 18.
 EVAL_UNMET = {
-    ("handwritten", "fa"): "mean 5.5% > 5%",
-    ("handwritten", "zh"): "mean 8.0%, p95 15.4%",
-    ("handwritten", "en"): "mean 6.7%, p95 12.1% (under-counts numbers after spaces)",
-    ("handwritten", "fa+en"): "mean 6.5%, p95 17.4%",
-    ("handwritten", "code"): "mean 5.9%, p95 16.5%",
-    ("generated", "fa"): "mean 5.5%",
-    ("generated", "zh"): "mean 10.5%, p95 17.6% (word salad: fewer Han merges)",
-    ("generated", "fa+en"): "p95 13.6%",
-    ("generated", "zh+en"): "mean 6.5%, p95 12.8%",
+    ("handwritten", "zh"): "mean 7.0%, p95 13.9%",
+    ("handwritten", "zh+en"): "mean 6.5%, p95 12.2% (over-counts, +4.7%)",
+    ("handwritten", "code"): "mean 6.2%, p95 15.6%",
+    ("generated", "zh"): "mean 8.7%, p95 16.3% (word salad: fewer Han merges, -8.7%)",
+    ("generated", "zh+en"): "mean 5.2%, p95 14.3%",
+    ("markov", "zh"): "mean 6.4% (recombined characters: fewer Han merges, -6.4%)",
 }
 
 
 def load_eval(source: str) -> list[dict[str, str]]:
-    lines = (EVAL / f"{source}.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = EVAL_FILES[source].read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines]
 
 
@@ -186,8 +221,8 @@ def test_eval_covers_every_language_from_two_sources() -> None:
 def test_eval_files_are_the_ones_frozen_before_fitting() -> None:
     import hashlib
 
-    for name, digest in EVAL_SHA256.items():
-        assert hashlib.sha256((EVAL / name).read_bytes()).hexdigest() == digest, name
+    for path, digest in EVAL_SHA256.items():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, path.name
 
 
 def test_eval_is_never_a_fitting_input_and_shares_no_text_with_fit() -> None:
@@ -211,6 +246,15 @@ def test_eval_generator_rebuilds_its_file_identically() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.build() == load_eval("generated")
+
+
+def test_eval2_generator_rebuilds_its_file_identically() -> None:
+    spec = importlib.util.spec_from_file_location("generate_eval2", EVAL2 / "generate_eval2.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.build() == load_eval("markov")
 
 
 def test_fit_extra_is_rebuilt_identically() -> None:
@@ -273,6 +317,13 @@ def test_corpus_files_are_rebuilt_identically_from_their_sources() -> None:
         "😀" * 30_000,  # the heaviest bytes there are
         "中" * 40_000,
         "\ud800 lone surrogate",
+        "ا" * 1000 + "ب" * 60_000,  # the code page: many adler32 chunks
+        "سلام 😀\ud800 café 中文 ok",  # characters the code page lacks (> 1 in 8: UTF-8)
+        "سلام، وقت بخیر 😀 ok",  # one character the code page lacks
+        "سلام، " + "؟" * 70_000,  # the heaviest entry of the code page
+        "۰۹۱۲۳۴۵۶۷۸۹ ۱۲٬۵۰۰",  # Persian digits without an alef: the UTF-8 way's pair count
+        "```\n    indented\n```",
+        "```\nسلام\n    ا\n```",
     ],
     ids=lambda t: f"{t[:12]!r}x{len(t)}",
 )
@@ -283,8 +334,29 @@ def test_count_text_matches_the_plain_weighted_sum(estimate: EstimatingCounter, 
 def test_count_text_matches_the_plain_weighted_sum_on_the_corpus(
     estimate: EstimatingCounter,
 ) -> None:
-    rows = load("fit") + load("heldout")
+    rows = [row for path in sorted(CORPUS.rglob("*.jsonl")) for row in map(json.loads, path.open())]
+    assert len(rows) > 1600
     assert [estimate.count_text(r["text"]) for r in rows] == [reference(r["text"]) for r in rows]
+
+
+def test_the_code_page_is_ascii_plus_persian_and_every_character_has_a_class() -> None:
+    assert len(PERSIAN_CHARS) == len(set(PERSIAN_CHARS)) <= 128
+    assert not any(char.isascii() for char in PERSIAN_CHARS)
+    assert set(PERSIAN_CLASSES) | {"fa_space", "other"} == set(PERSIAN_WEIGHTS)
+    assert PAGE["\u06f5"] == PAGE["\u0665"] == "fa_digit"
+    assert PAGE["\u200c"] == "zwnj"
+    # a Persian digit costs the same either way: DB + B0..B9 + the pair == fa_digit
+    utf8_digit = (
+        CLASS_WEIGHTS["arabic_db"]
+        + CLASS_WEIGHTS["continuation_b0"]
+        + PAIR_WEIGHTS["persian_digit"]
+    )
+    assert utf8_digit == PERSIAN_WEIGHTS["fa_digit"]
+    # and so does a letter: lead + continuation == its code-page class
+    for char in "ابپچکگی":
+        lead, cont = char.encode()
+        utf8 = CLASS_WEIGHTS[BYTE_CLASSES[lead]] + CLASS_WEIGHTS[BYTE_CLASSES[cont]]
+        assert abs(utf8 - PERSIAN_WEIGHTS[PAGE[char]]) <= 1, char
 
 
 # --- edge cases -----------------------------------------------------------------------------
@@ -369,8 +441,14 @@ def test_concatenation_is_about_the_sum_of_the_parts(
     for left, right in zip(rows[::7], rows[3::7], strict=False):
         a, b = left["text"], right["text"]
         joined = estimate.count_text(a + "\n" + b)
-        # weights add up: only the rounding of each part and the newline separate the two
-        assert abs(joined - estimate.count_text(a) - estimate.count_text(b)) <= 2
+        parts = estimate.count_text(a) + estimate.count_text(b)
+        if ("\u0627" in a) == ("\u0627" in b) or "zh" not in (left["lang"] + right["lang"]):
+            # weights add up: only the rounding of each part, the newline and one CONSTANT
+            assert abs(joined - parts) <= 2
+        else:
+            # Persian joined to Chinese is counted the UTF-8 way (the code page would drop the
+            # Han), which prices Persian punctuation and ZWNJ by their bytes: close, not equal
+            assert abs(joined - parts) <= 0.03 * parts
         assert joined >= max(estimate.count_text(a), estimate.count_text(b))
         truth = exact.count_text(a + "\n" + b)
         errors.append(abs(joined - truth) / truth)
