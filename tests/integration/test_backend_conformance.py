@@ -34,6 +34,37 @@ class TestPostgresBackend(BackendConformance):
             yield opened
 
 
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    with fresh_schema() as migrated:
+        yield migrated
+
+
+async def test_a_postgres_round_asks_for_its_session_once_per_connection(postgres_url: str) -> None:
+    """The round's server session (pid, start; what an in-doubt commit ends) belongs to the
+    pooled connection: asked once per connection, not once per run (issue 12: a statement
+    per run for an answer that never changes)."""
+    from sqlalchemy import event
+
+    from threadkeeper.conformance.backend import Turn, new_ref, store_round
+
+    async with POSTGRES.open(PostgresSettings(postgres_url=postgres_url)) as backend:
+        asked: list[str] = []
+        engine = backend.rounds.engine  # type: ignore[attr-defined]
+
+        @event.listens_for(engine.sync_engine, "before_cursor_execute")
+        def _seen(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+            if "pg_backend_pid()" in statement:
+                asked.append(statement)
+
+        ref = new_ref()
+        for i in range(4):
+            await store_round(backend, ref, Turn.make(i))
+        pool = engine.sync_engine.pool
+        connections = pool.checkedin() + pool.checkedout()
+        assert 1 <= len(asked) <= connections < 4, (len(asked), connections)
+
+
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[PrivateRedis]:
     with private_redis() as server:

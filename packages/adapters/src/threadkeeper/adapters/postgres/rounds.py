@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor
@@ -61,6 +61,10 @@ def counted(raw: Any, cursor: type[AsyncCursor[Any]]) -> Iterator[None]:
         yield
     finally:
         raw.cursor_factory = before
+
+
+_SESSION = "threadkeeper.session"
+"""The key of a pooled connection's server session in its ``info``."""
 
 
 class PostgresRoundStore(RoundStore):
@@ -114,13 +118,22 @@ class PostgresRoundStore(RoundStore):
 
     @staticmethod
     async def _session(conn: Any) -> tuple[int, Any]:
-        """The transaction's server session: (pid, backend_start)."""
-        row = (
-            await conn.execute(
-                text("SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()")
-            )
-        ).one()
-        return int(row[0]), row[1]
+        """The transaction's server session: (pid, backend_start) — the pooled connection's,
+        asked once per connection (``info`` lives as long as the DBAPI connection: a new
+        connection after a reconnect asks again)."""
+        info = conn.info
+        session = info.get(_SESSION)
+        if session is None:
+            row = (
+                await conn.execute(
+                    text(
+                        "SELECT pid, backend_start FROM pg_stat_activity "
+                        "WHERE pid = pg_backend_pid()"
+                    )
+                )
+            ).one()
+            session = info[_SESSION] = (int(row[0]), row[1])
+        return cast("tuple[int, Any]", session)
 
     async def _end_session(self, session: tuple[int, Any]) -> None:
         """End the broken transaction's session on the server (so that a COMMIT still in
