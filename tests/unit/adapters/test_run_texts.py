@@ -135,3 +135,33 @@ async def test_records_are_stored_compressed_and_uncompressed_ones_still_read(
     assert await backend.runs.get(key, item.run_id) == item
     assert unpack_record(b"[2]") == b"[2]"
     assert pack_record(b"[2]") == b"[2]", "kept as it is where compression would not pay"
+
+
+async def test_a_records_texts_take_one_select_and_one_insert(backend: EmbeddedBackend) -> None:
+    """The texts of a record (a summary per model call, the memory keys, the prompt) are
+    looked up in one statement and written in one (issue 12: a statement per text and per
+    delta base, up to seven per run), with the deltas and reads as before."""
+    from sqlalchemy import event
+
+    key = "acme:u1:statements"
+    seen: list[str] = []
+    engine = backend.runs.engine  # type: ignore[attr-defined]
+
+    @event.listens_for(engine.sync_engine, "before_cursor_execute")
+    def _seen(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if "tk_run_texts" in statement:
+            seen.append(statement.split()[0].upper())
+
+    versions = summary_versions(6, cap=30)
+    items = [
+        compact_record(key, tenant="acme", user="u1", version=i, summary=text)
+        for i, text in enumerate(versions)
+    ]
+    for item in items:
+        seen.clear()
+        await backend.runs.save(item)
+        assert seen == ["SELECT", "INSERT"], seen
+    rows = await texts_of(backend, key)
+    assert sum(1 for base, _, _ in rows if base is not None) >= len(versions) - 1, "deltas"
+    for item in items:
+        assert await backend.runs.get(key, item.run_id) == item

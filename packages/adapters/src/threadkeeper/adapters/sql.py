@@ -258,30 +258,40 @@ def _remember(key: tuple[str, str, str], digest: str, text: str) -> None:
         _recent_texts.popitem(last=False)
 
 
-async def put_text(
-    conn: AsyncConnection, record: RunRecord, kind: str, text: str, *, delta: bool
-) -> str:
-    """Store ``text`` for the record's thread and user (once: by its digest) in the caller's
-    transaction; its digest. With ``delta``, as the segments of the newest text of ``kind``
-    written, where that is much smaller."""
-    digest = text_digest(text)
-    mine = (run_texts.c.thread_key == record.thread_key, run_texts.c.user_id == record.user_id)
-    known = (
-        await conn.execute(select(run_texts.c.depth).where(*mine, run_texts.c.digest == digest))
-    ).first()
-    hint = (record.thread_key, record.user_id, kind)
-    if known is not None:
-        _remember(hint, digest, text)
-        return digest
-    row: dict[str, Any] = {"base": None, "depth": 0, "body": text}
-    recent = _recent_texts.get(hint) if delta else None
-    if recent is not None:
-        base_depth = (
-            await conn.execute(
-                select(run_texts.c.depth).where(*mine, run_texts.c.digest == recent[0])
-            )
-        ).scalar()
-        if base_depth is not None and base_depth < MAX_DEPTH:
+async def put_texts(
+    conn: AsyncConnection, record: RunRecord, texts: Sequence[tuple[str, str, bool]]
+) -> list[str]:
+    """Store each ``(kind, text, delta)`` of ``texts`` for the record's thread and user (once:
+    by its digest) in the caller's transaction; their digests, in order. With ``delta``, as
+    the segments of the newest text of that kind written, where that is much smaller.
+
+    One ``SELECT`` (which texts are stored, and the depth of each candidate base) and at most
+    one ``INSERT`` for them all — a statement per text and per base was the larger part of a
+    run's statements (issue 12). The same as storing them one by one, in order: a text
+    written earlier in the list is known to the later ones, and is their base."""
+    if not texts:
+        return []
+    digests = [text_digest(text) for _, text, _ in texts]
+    mine = (record.thread_key, record.user_id)
+    hints = {kind: _recent_texts.get((*mine, kind)) for kind, *_ in texts}
+    wanted = set(digests) | {hint[0] for hint in hints.values() if hint is not None}
+    found = await conn.execute(
+        select(run_texts.c.digest, run_texts.c.depth).where(
+            run_texts.c.thread_key == record.thread_key,
+            run_texts.c.user_id == record.user_id,
+            run_texts.c.digest.in_(sorted(wanted)),
+        )
+    )
+    depth_of: dict[str, int] = {str(digest): int(depth) for digest, depth in found.all()}
+    rows: list[dict[str, Any]] = []
+    for (kind, text, delta), digest in zip(texts, digests, strict=True):
+        recent = hints[kind]
+        hints[kind] = (digest, text)
+        if digest in depth_of:
+            continue
+        row: dict[str, Any] = {"base": None, "depth": 0, "body": text}
+        base_depth = depth_of.get(recent[0]) if delta and recent is not None else None
+        if recent is not None and base_depth is not None and base_depth < MAX_DEPTH:
             segments = encode_text(text, recent[1])
             if delta_size(segments) * 2 < len(text.encode("utf-8")):
                 row = {
@@ -289,17 +299,22 @@ async def put_text(
                     "depth": base_depth + 1,
                     "body": _encoder.encode(segments).decode(),
                 }
-    await conn.execute(
-        insert(run_texts).values(
-            thread_key=record.thread_key,
-            user_id=record.user_id,
-            tenant_id=record.tenant_id,
-            digest=digest,
-            **row,
+        depth_of[digest] = row["depth"]
+        rows.append(
+            {
+                "thread_key": record.thread_key,
+                "user_id": record.user_id,
+                "tenant_id": record.tenant_id,
+                "digest": digest,
+                **row,
+            }
         )
-    )
-    _remember(hint, digest, text)
-    return digest
+    if rows:
+        await conn.execute(insert(run_texts), rows)
+    for kind, hint in hints.items():
+        if hint is not None:
+            _remember((record.thread_key, record.user_id, kind), *hint)
+    return digests
 
 
 async def stored_form(
@@ -317,23 +332,28 @@ async def stored_form(
     if not whole:
         for key in _RESPONSE_KEYS:
             del response[key]
-    calls = []
-    for call in record.model_calls:
-        summary = None
-        if call.summary is not None:
-            summary = await put_text(conn, record, "summary", call.summary, delta=True)
-        calls.append(
-            StoredCall(
-                call.tokens, call.budget, call.counter, call.window, summary, call.message_ids
-            )
-        )
-    memory = None
+    texts = [("summary", c.summary, True) for c in record.model_calls if c.summary is not None]
     if record.memory_keys:
-        memory = await put_text(conn, record, "memory", "\n".join(record.memory_keys), delta=False)
+        texts.append(("memory", "\n".join(record.memory_keys), False))
+    if prompt is None:
+        texts.append(("prompt", record.system_prompt, False))
+    digests = iter(await put_texts(conn, record, texts))
+    calls = [
+        StoredCall(
+            call.tokens,
+            call.budget,
+            call.counter,
+            call.window,
+            None if call.summary is None else next(digests),
+            call.message_ids,
+        )
+        for call in record.model_calls
+    ]
+    memory = next(digests) if record.memory_keys else None
     stored = StoredRecord(
         shape=STORED_SHAPE,
         thread_id=record.thread_id,
-        prompt=prompt or await put_text(conn, record, "prompt", record.system_prompt, delta=False),
+        prompt=prompt or next(digests),
         prompt_version=record.prompt_version,
         response=response,
         checkpoint_id=record.checkpoint_id,

@@ -222,7 +222,7 @@ def escalation_due(messages: Sequence[BaseMessage]) -> bool:
     )
     if human_at >= 0 and asks_for_person(_text(messages[human_at])):
         return True
-    recent: list[BaseMessage] = []
+    recent: list[AIMessage] = []
     for i in range(human_at - 1, -1, -1):
         if len(recent) == CLARIFICATIONS_BEFORE_ESCALATION:
             break
