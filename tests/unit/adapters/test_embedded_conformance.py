@@ -90,3 +90,33 @@ async def test_an_index_added_since_is_created_on_an_existing_database(tmp_path:
     with sqlite3.connect(tmp_path / DATABASE) as db:
         indexes = {row[1] for row in db.execute("PRAGMA index_list(tk_run_records)")}
     assert {"ix_tk_run_records_tenant_created", "ix_tk_run_records_created"} <= indexes
+
+
+async def test_a_thread_keeps_only_its_newest_checkpoint(tmp_path: Path) -> None:
+    """Each round's checkpoint holds the whole history; kept, every older one was a full copy
+    of it (a 300-turn thread was 62 MB of checkpoints, and weighing or vacuuming it O(turns²)).
+    The round prunes the thread to its newest checkpoint in its own transaction; replay of an
+    earlier run still finds its messages (in the newest state, under the same ids)."""
+    from sqlalchemy import text
+
+    from threadkeeper.conformance.backend import Turn, new_ref, store_round
+
+    async with open_embedded(tmp_path / "data") as backend:
+        ref = new_ref()
+        stored = [await store_round(backend, ref, Turn.make(i)) for i in range(4)]
+        async with backend.runs.connect() as conn:
+            rows = (
+                await conn.execute(
+                    text("SELECT checkpoint_id FROM checkpoints WHERE thread_id = :t"),
+                    {"t": ref.key},
+                )
+            ).all()
+        assert [r[0] for r in rows] == [stored[-1].head]
+        first = stored[0]
+        ids = [str(first.turn.human.id), str(first.turn.ai.id)]
+        found = await backend.transcript.replay_messages(ref.key, first.head, ids)
+        assert [found[i].content for i in ids] == [m.content for m in first.turn.messages]
+        other = new_ref()
+        await store_round(backend, other, Turn.make(9))
+        kept = await backend.saver.aget_tuple({"configurable": {"thread_id": ref.key}})
+        assert kept is not None, "another thread's round prunes only its own"

@@ -107,11 +107,18 @@ _WRITES = (
     "INSERT OR {verb} INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, "
     "task_path, idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_PRUNE = (
+    "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = '' AND checkpoint_id <> ?",
+    "DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = '' AND checkpoint_id <> ?",
+)
+"""The thread keeps its newest checkpoint only (its state holds the whole history: each older
+one was a full copy of it) — postgres's ``keep_latest``, in the round's own transaction."""
 
 
 class SqliteRoundStore(RoundStore):
     """A round in one ``BEGIN IMMEDIATE`` transaction: the claim checked, the staged
-    checkpoints and writes stored as ``AsyncSqliteSaver`` stores them, the run record."""
+    checkpoints and writes stored as ``AsyncSqliteSaver`` stores them, the thread's older
+    checkpoints deleted (``_PRUNE``), the run record."""
 
     def __init__(self, access: SqlAccess, saver: AsyncSqliteSaver) -> None:
         self.access = access
@@ -160,6 +167,14 @@ class SqliteRoundStore(RoundStore):
                             for index, (channel, value) in enumerate(op.writes)
                         ],
                     )
+            root = [
+                op.checkpoint["id"]
+                for op in write.staging.log
+                if isinstance(op, StagedPut) and not op.config["configurable"].get("checkpoint_ns")
+            ]
+            if root:
+                for statement in _PRUNE:
+                    await conn.exec_driver_sql(statement, (write.thread_key, str(root[-1])))
             await insert_record(conn, write.stored_record())
         return write.checkpoint_id()
 
