@@ -347,10 +347,10 @@ def _draining_server_class() -> Any:
 def settle_heap() -> int:
     """Exempt what start-up built from the garbage collector's full collections (``gc.freeze``).
 
-    Start-up leaves ~200,000 objects tracked (LangChain, pydantic schemas, the knowledge base);
-    a full collection walks them all: 120-150 ms on the CI machine, during which no request
-    makes progress. Full collections come every few hundred runs, so without this a run here
-    and there took 150 ms longer (docs/benchmarks.md, "Garbage collection"). Frozen objects are
+    Start-up leaves ~230,000 objects tracked (LangChain, pydantic schemas, the knowledge base);
+    a full collection walked them all: 120-200 ms on the CI machine, during which no request
+    makes progress, every few hundred runs; after this one takes 8-9 ms
+    (``benchmarks/profile_turns.py --gc``; docs/operations.md, "serve"). Frozen objects are
     never collected — they are the process's long-lived state anyway. Returns how many were
     frozen."""
     gc.collect()
