@@ -17,8 +17,10 @@ and writes
 Reproduce the figures in docs/benchmarks.md ("Flat turns") with::
 
     uv tool run py-spy --version   # py-spy is a tool, not a project dependency
-    .venv/bin/python benchmarks/profile_turns.py --profile embedded --out docs/benchmarks/profile-turns-embedded
-    .venv/bin/python benchmarks/profile_turns.py --profile redis-mysql --turns 120 --out docs/benchmarks/profile-turns-redis-mysql
+    .venv/bin/python benchmarks/profile_turns.py --profile embedded --gc \
+        --out docs/benchmarks/profile-turns-embedded-after
+    .venv/bin/python benchmarks/profile_turns.py --profile redis-mysql --turns 120 \
+        --out docs/benchmarks/profile-turns-redis-mysql-after
 
 (ptrace must be allowed; postgres and redis-mysql need the servers the integration suite uses.)
 """
@@ -184,9 +186,9 @@ async def campaign(args: argparse.Namespace, url: str, pid: int, py_spy: str) ->
             await drive(client, thread, range(SHORT_START), rng)
         for label in ("long", "short"):
             raw = args.out.with_name(f"{args.out.name}-{label}.txt")
-            spy = subprocess.Popen(
-                [py_spy, "record", "-p", str(pid), "-r", str(SAMPLE_HZ), "--gil"]
-                + ["-f", "raw", "-o", str(raw), "--nonblocking"],
+            spy = await asyncio.create_subprocess_exec(
+                *(py_spy, "record", "-p", str(pid), "-r", str(SAMPLE_HZ), "--gil"),
+                *("-f", "raw", "-o", str(raw), "--nonblocking"),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -202,7 +204,7 @@ async def campaign(args: argparse.Namespace, url: str, pid: int, py_spy: str) ->
             cpu = cpu_seconds(pid) - before
             await asyncio.sleep(0.3)
             spy.send_signal(signal.SIGINT)
-            spy.wait(timeout=60)
+            await asyncio.wait_for(spy.wait(), timeout=60)
             phases[label] = (cpu / runs * 1000, runs, raw)
         weights = {}
         for label, thread in (("long", long_thread), ("short", shorts[0])):
@@ -217,7 +219,7 @@ async def campaign(args: argparse.Namespace, url: str, pid: int, py_spy: str) ->
         reverse=True,
     )
     skip = ("asyncio/", "<frozen runpy>", "app/cli.py", "threading.py", "<string>")
-    lines = [
+    return [
         f"# Late turns against early ones: {args.profile}",
         "",
         f"Command: `.venv/bin/python benchmarks/profile_turns.py --profile {args.profile} "
@@ -247,7 +249,6 @@ async def campaign(args: argparse.Namespace, url: str, pid: int, py_spy: str) ->
         ),
         "",
     ]
-    return lines
 
 
 if __name__ == "__main__":
