@@ -85,6 +85,31 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def start_server(
+    head: list[str], port: int, env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``python <head…> serve --port <port>`` with ``env``; the process and its URL."""
+    server = subprocess.Popen(
+        [sys.executable, *head, "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return server, f"http://127.0.0.1:{port}"
+
+
+def wait_ready(url: str, seconds: float = 120) -> None:
+    """Until ``/health/ready`` answers 200, for at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -162,22 +187,9 @@ def main() -> int:
     sink = None if args.no_otlp else start_sink(Path(data))
     if sink is not None:  # as the benchmarks run it: tracing and metrics exported
         env.update(OTEL_EXPORTER_OTLP_ENDPOINT=sink.url, OTEL_SERVICE_NAME="threadkeeper-profile")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "threadkeeper.app.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, url = start_server(["-m", "threadkeeper.app.cli"], port, env)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+        wait_ready(url)
         asyncio.run(drive(url, 5, 3, 5))  # warm: imports, caches, the first tenant index
         out = str(args.out.with_suffix(".txt"))
         record = f"{py_spy} record -p {server.pid} -d {int(args.seconds)} -r 200 --gil -f raw"

@@ -47,7 +47,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.profile_server import QUESTIONS, cpu_seconds, free_port
+from benchmarks.profile_server import QUESTIONS, cpu_seconds, free_port, start_server, wait_ready
 from benchmarks.service_support import TOKEN, start_sink
 
 SAMPLE_HZ = 500
@@ -136,22 +136,10 @@ def main() -> int:
         sink = start_sink(data)
         env.update(OTEL_EXPORTER_OTLP_ENDPOINT=sink.url, OTEL_SERVICE_NAME="threadkeeper-profile")
         env["TK_GC_OUT"] = str(gc_out)
-        port = free_port()
         head = ["-c", _PROBE] if args.gc else ["-m", "threadkeeper.app.cli"]
-        server = subprocess.Popen(
-            [sys.executable, *head, "serve", "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
+        server, url = start_server(head, free_port(), env)
         try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                        break
-                time.sleep(0.5)
+            wait_ready(url)
             report = asyncio.run(campaign(args, url, server.pid, py_spy))
         finally:
             server.send_signal(signal.SIGTERM)

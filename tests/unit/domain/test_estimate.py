@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -239,31 +240,24 @@ def test_eval_is_never_a_fitting_input_and_shares_no_text_with_fit() -> None:
     assert not fit_texts & eval_texts
 
 
-def test_eval_generator_rebuilds_its_file_identically() -> None:
-    spec = importlib.util.spec_from_file_location("generate_eval", EVAL / "generate_eval.py")
+@pytest.mark.parametrize(
+    ("script", "built"),
+    [
+        (EVAL / "generate_eval.py", lambda: load_eval("generated")),
+        (EVAL2 / "generate_eval2.py", lambda: load_eval("markov")),
+        (CORPUS / "build_fit_extra.py", lambda: load("fit_extra")),
+    ],
+    ids=["eval", "eval2", "fit_extra"],
+)
+def test_each_generated_file_is_rebuilt_identically(
+    script: Path, built: Callable[[], list[dict[str, str]]]
+) -> None:
+    spec = importlib.util.spec_from_file_location(script.stem, script)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.build() == load_eval("generated")
-
-
-def test_eval2_generator_rebuilds_its_file_identically() -> None:
-    spec = importlib.util.spec_from_file_location("generate_eval2", EVAL2 / "generate_eval2.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.build() == load_eval("markov")
-
-
-def test_fit_extra_is_rebuilt_identically() -> None:
-    spec = importlib.util.spec_from_file_location("build_fit_extra", CORPUS / "build_fit_extra.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.build() == load("fit_extra")
+    assert module.build() == built()
 
 
 # --- the corpus is what the docs say it is ---------------------------------------------------
