@@ -3,6 +3,7 @@ and one process per embedded data directory."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -154,6 +155,33 @@ def test_a_dropped_stream_leaves_the_thread_as_it_was(server: tuple[str, Path]) 
     humans = [m["content"] for m in page["messages"] if m["role"] == "human"]
     assert humans == [QUESTION, "How do I file a claim?"], "the dropped round left nothing"
     assert len(page["messages"]) == 4
+
+
+def test_an_idle_connection_outlives_the_clients_pool(server: tuple[str, Path]) -> None:
+    """A client pool (httpx: 5 s) or a load balancer (60 s) reuses an idle connection until
+    its own idle timeout; the server must not close first, or a run sent as it closes gets no
+    response at all (uvicorn's default closed at 5 s: a benchmark's run failed that way)."""
+    url, _ = server
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request("GET", "/health/live")
+        first = connection.getresponse()
+        assert first.status == 200
+        first.read()
+        time.sleep(7)  # past uvicorn's 5 s; far inside THREADKEEPER_HTTP_KEEPALIVE_SECONDS
+        body = json.dumps({"message": {"content": QUESTION}})
+        connection.request(
+            "POST",
+            f"/v1/threads/idle-{uuid.uuid4().hex}/runs",
+            body=body,
+            headers={**HEADERS, "Accept": "application/json", "Content-Type": "application/json"},
+        )
+        second = connection.getresponse()  # before: BrokenPipeError or RemoteDisconnected
+        assert second.status == 200, second.read()
+        assert json.loads(second.read())["message"]["content"]
+    finally:
+        connection.close()
 
 
 def test_a_second_process_on_the_same_data_dir_refuses(server: tuple[str, Path]) -> None:

@@ -410,6 +410,8 @@ def _run_server(settings: Settings, args: argparse.Namespace, sock: socket.socke
             # the drain (below) ends every run by ``grace``; uvicorn's own cancellation of
             # requests still open comes a little later, as a last resort
             timeout_graceful_shutdown=math.ceil(grace) + 5,
+            # idle connections outlive the client's pool / the load balancer's idle timeout
+            timeout_keep_alive=math.ceil(settings.http_keepalive_seconds),
         )
         server = DrainingServer(config, service, grace)
         settle_heap()

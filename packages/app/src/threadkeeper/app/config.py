@@ -69,6 +69,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """A keep-alive comment on an SSE stream that has had nothing to send this long."""
     shutdown_grace_seconds: float = 20.0
     """After SIGTERM/SIGINT, how long runs in flight may finish before they are cancelled."""
+    http_keepalive_seconds: float = 75.0
+    """How long ``serve`` keeps an idle HTTP/1.1 connection open. Longer than the idle timeout
+    of the load balancer or client pool in front (60 s on the common ones; httpx 5 s): the side
+    that closes an idle connection first must be the client, or a request sent just as the
+    server closes is lost with no response (uvicorn's own default is 5 s)."""
     trace_id_key: str | None = None
     """The key of the HMAC that names a thread in traces (``gen_ai.conversation.id``): the
     same on every replica, secret like a token. Unset: traces carry no conversation id."""
@@ -99,6 +104,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "model_timeout_seconds": self.model_timeout_seconds,
             "run_timeout_seconds": self.run_timeout_seconds,
             "sse_heartbeat_seconds": self.sse_heartbeat_seconds,
+            "http_keepalive_seconds": self.http_keepalive_seconds,
         }.items():
             if not seconds > 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
