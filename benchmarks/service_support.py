@@ -544,7 +544,11 @@ class Fleet:
         self.client = httpx.AsyncClient(
             timeout=120,
             limits=httpx.Limits(
-                max_connections=4 * max_concurrency, max_keepalive_connections=None
+                max_connections=4 * max_concurrency,
+                max_keepalive_connections=None,
+                # below every server's idle timeout (the Agent Server's uvicorn closes at 5 s,
+                # httpx's default expiry): the client drops an idle connection first
+                keepalive_expiry=2.0,
             ),
         )
         self._stack = contextlib.ExitStack()
