@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 import pytest
@@ -91,3 +92,69 @@ async def test_atomic_saver_over_redis_conforms() -> None:
         assert results[capability].passed, (capability, results[capability].failures)
     failed = {f.split(":")[0] for f in results["list"].failures}
     assert failed == REDIS_SAVER_KNOWN_LIST_GAPS, results["list"].failures
+
+
+async def test_the_redis_saver_reads_and_writes_messages_through_its_memo() -> None:
+    """``HealingRedisSaver`` revives a checkpoint's messages once (``MemoRedisSerializer``):
+    a later read hands out the same messages, equal to what LangGraph's own saver reads from the
+    same document, and writing them back stores the document LangGraph's saver writes."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.redis.aio import AsyncRedisSaver
+
+    from threadkeeper.adapters.redis_mysql.serde import MemoRedisSerializer
+
+    history = [
+        HumanMessage("Is my car covered abroad?", id="h1", response_metadata={"at": "t1"}),
+        AIMessage("Yes, in the EU.", id="a1", additional_kwargs={"citations": ["x#1"]}),
+    ]
+    with private_redis() as server:
+        async with (
+            HealingRedisSaver.from_conn_string(server.url) as saver,
+            AsyncRedisSaver.from_conn_string(server.url) as plain,
+        ):
+            await saver.asetup()
+            assert isinstance(saver.serde, MemoRedisSerializer)
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_values"] = {"messages": history}
+            checkpoint["channel_versions"] = {"messages": "1"}
+            config: Any = {"configurable": {"thread_id": "memo", "checkpoint_ns": ""}}
+            await saver.aput(config, checkpoint, {}, {"messages": "1"})
+            first, second = await saver.aget_tuple(config), await saver.aget_tuple(config)
+            theirs = await plain.aget_tuple(config)
+            assert first is not None
+            assert second is not None
+            assert theirs is not None
+            messages = second.checkpoint["channel_values"]["messages"]
+            assert messages == theirs.checkpoint["channel_values"]["messages"] == history
+            assert all(
+                a is b
+                for a, b in zip(
+                    messages, first.checkpoint["channel_values"]["messages"], strict=True
+                )
+            )
+
+            again = {**checkpoint, "id": "1f000000-0000-6000-8000-000000000001"}
+            again["channel_values"] = {"messages": messages}
+            ours = await saver.aput(config, again, {}, {"messages": "2"})
+            assert saver.serde.memo.reused == len(history)
+            fresh = {**again, "id": "1f000000-0000-6000-8000-000000000002"}
+            fresh["channel_values"] = {"messages": list(history)}
+            langgraphs = await plain.aput(
+                {"configurable": {"thread_id": "plain", "checkpoint_ns": ""}},
+                fresh,
+                {},
+                {"messages": "2"},
+            )
+            stored = [
+                await saver._redis.json().get(
+                    saver._make_redis_checkpoint_key(
+                        c["configurable"]["thread_id"],
+                        "__empty__",
+                        c["configurable"]["checkpoint_id"],
+                    ),
+                    "$.checkpoint.channel_values",
+                )
+                for c in (ours, langgraphs)
+            ]
+            assert stored[0] == stored[1]

@@ -251,3 +251,45 @@ def test_a_new_message_beside_read_ones_is_encoded_as_langgraph_does() -> None:
     read = serde.loads_typed(plain.dumps_typed(_history()))
     new = AIMessage("A new answer.", id="a3")
     assert serde.dumps_typed([*read, new]) == plain.dumps_typed([*_history(), new])
+
+
+# --- decoded messages, redis-mysql (RedisJSON envelopes) ---------------------------------------
+
+
+def test_a_redis_envelope_revived_through_the_memo_equals_a_fresh_revival() -> None:
+    from langgraph.checkpoint.redis.jsonplus_redis import JsonPlusRedisSerializer
+
+    from threadkeeper.adapters.redis_mysql.serde import MemoRedisSerializer
+
+    serde, plain = MemoRedisSerializer(), JsonPlusRedisSerializer()
+    blob = plain.dumps_typed({"messages": _history(), "n": 3})
+    assert blob[0] == "json"
+    first, second, fresh = serde.loads_typed(blob), serde.loads_typed(blob), plain.loads_typed(blob)
+    assert first == second == fresh == {"messages": _history(), "n": 3}
+    assert [type(m) for m in second["messages"]] == [type(m) for m in fresh["messages"]]
+    assert serde.memo.hits == len(_history())
+    assert first["messages"][0] is second["messages"][0], "handed out again, not copied"
+    second["messages"][3].content = "changed by a caller"
+    third = serde.loads_typed(blob)
+    assert third["messages"][3].content == "Yes, in the EU.", "revived again"
+    assert third == fresh
+
+
+def test_an_unchanged_redis_history_is_written_as_the_json_it_was_read_from() -> None:
+    from langgraph.checkpoint.redis.jsonplus_redis import JsonPlusRedisSerializer
+
+    from threadkeeper.adapters.redis_mysql.serde import MemoRedisSerializer
+
+    serde, plain = MemoRedisSerializer(), JsonPlusRedisSerializer()
+    blob = plain.dumps_typed({"messages": _history()})
+    read = serde.loads_typed(blob)
+    again = serde.dumps_typed(read)
+    assert serde.memo.reused == len(_history())
+    assert again == blob, "the same JSON, envelope by envelope"
+    new = AIMessage("A new answer.", id="a3")
+    assert serde.dumps_typed([*read["messages"], new]) == plain.dumps_typed([*_history(), new])
+
+    read["messages"][3].content = "Corrected: in the EU and Switzerland."
+    changed = plain.loads_typed(serde.dumps_typed(read))
+    assert changed["messages"][3].content == "Corrected: in the EU and Switzerland."
+    assert changed["messages"][:3] == _history()[:3]

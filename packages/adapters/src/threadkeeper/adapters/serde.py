@@ -36,7 +36,8 @@ _SMALLEST: Final = 32
 
 
 class MessageMemo:
-    """An ``ext_hook`` for ``ormsgpack.unpackb`` that remembers decoded messages by their bytes.
+    """Decoded messages remembered by the bytes they were decoded from; as an ``ext_hook`` for
+    ``ormsgpack.unpackb`` (``decode`` is the hook it stands in front of).
 
     A remembered message is handed out itself, not a copy (a pydantic copy costs most of what
     a decode does): the messages of a checkpoint are values — LangGraph and threadkeeper
@@ -45,7 +46,9 @@ class MessageMemo:
     decodes the bytes again; a write encodes the changed message afresh.
     """
 
-    def __init__(self, decode: Callable[[int, bytes], Any], budget: int = MEMO_BYTES) -> None:
+    def __init__(
+        self, decode: Callable[[int, bytes], Any] | None = None, budget: int = MEMO_BYTES
+    ) -> None:
         self._decode = decode
         self._budget = budget
         self._memo: dict[bytes, tuple[BaseMessage, dict[str, Any]]] = {}
@@ -59,18 +62,32 @@ class MessageMemo:
         self.reused = 0
 
     def __call__(self, code: int, data: bytes) -> Any:
+        if self._decode is None:
+            raise TypeError("a MessageMemo used as an ext_hook needs the hook it stands before")
         if code != EXT_PYDANTIC_V2 or len(data) < _SMALLEST:
             return self._decode(code, data)
+        known = self.recall(data)
+        if known is not None:
+            return known
+        value = self._decode(code, data)
+        if isinstance(value, BaseMessage):
+            self.keep(bytes(data), value)
+        return value
+
+    def recall(self, data: bytes) -> BaseMessage | None:
+        """The message decoded from ``data`` before, if it still holds the fields it had."""
         known = self._memo.get(data)
         if known is not None and known[0].__dict__ == known[1]:
             self.hits += 1
             return known[0]
-        value = self._decode(code, data)
-        if not isinstance(value, BaseMessage):
-            return value
+        return None
+
+    def keep(self, data: bytes, value: BaseMessage) -> None:
+        """Remember that ``data`` decoded to ``value`` (replacing what ``data`` decoded to
+        before, if that message's fields were assigned since)."""
         self.misses += 1
-        data = bytes(data)
         with self._lock:
+            known = self._memo.get(data)
             if known is not None:  # a field was assigned: the changed message is forgotten
                 self._bytes_of.pop(id(known[0]), None)
                 self._size -= len(data)
@@ -81,7 +98,6 @@ class MessageMemo:
             self._memo[data] = (value, dict(value.__dict__))
             self._bytes_of[id(value)] = data
             self._size += len(data)
-        return value
 
     def encoded(self, value: BaseMessage) -> bytes | None:
         """The bytes ``value`` was decoded from, if the memo handed it out and every field still

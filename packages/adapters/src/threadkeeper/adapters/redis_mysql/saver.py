@@ -24,6 +24,8 @@ from redisvl.exceptions import RedisSearchError  # type: ignore[import-untyped]
 from redisvl.query import FilterQuery  # type: ignore[import-untyped]
 from redisvl.query.filter import Tag  # type: ignore[import-untyped]
 
+from threadkeeper.adapters.redis_mysql.serde import MemoRedisSerializer
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -42,7 +44,12 @@ class HealingRedisSaver(AsyncRedisSaver):
 
     Index creation is check-then-``FT.CREATE``: replicas starting (or healing) at the same
     moment race, and the loser's "Index already exists" means the index is there — success.
+    Messages are (de)serialized through a memo (``MemoRedisSerializer``).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.serde = MemoRedisSerializer()
 
     async def asetup(self) -> None:
         for _ in range(3):
