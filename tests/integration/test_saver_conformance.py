@@ -158,3 +158,37 @@ async def test_the_redis_saver_reads_and_writes_messages_through_its_memo() -> N
                 for c in (ours, langgraphs)
             ]
             assert stored[0] == stored[1]
+
+
+async def test_a_redis_read_refreshes_the_ttl_of_what_it_read() -> None:
+    """``HealingRedisSaver`` reads a checkpoint's document once (its own ``aget_tuple``) and
+    keeps the library's TTL refresh on read: the checkpoint, its latest pointer and its writes
+    get the whole TTL again, for a read of the newest checkpoint and for one by id."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    with private_redis() as server:
+        async with HealingRedisSaver.from_conn_string(
+            server.url, ttl={"default_ttl": 1, "refresh_on_read": True}
+        ) as saver:
+            await saver.asetup()
+            config: Any = {"configurable": {"thread_id": "ttl", "checkpoint_ns": ""}}
+            saved = await saver.aput(config, empty_checkpoint(), {"step": 1}, {})
+            await saver.aput_writes(saved, [("messages", "x")], "task-1")
+            keys = await saver.thread_keys("ttl")
+            redis = saver._redis
+            existing = [k for k in keys if await redis.exists(k)]
+            assert len(existing) >= 3, keys  # checkpoint, pointer, write (and its registry)
+            for read in (config, saved):
+                for key in existing:
+                    await redis.expire(key, 5)
+                found = await saver.aget_tuple(read)
+                assert found is not None
+                assert found.metadata["step"] == 1
+                assert [w[1:] for w in found.pending_writes] == [("messages", "x")]
+                ttls = {k: await redis.ttl(k) for k in existing}
+                pointer = [k for k in existing if "checkpoint_latest" in k]
+                refreshed = {k: t for k, t in ttls.items() if t > 50}
+                if read is config:
+                    assert set(refreshed) == set(existing), ttls
+                else:  # by id: the pointer is not what was read
+                    assert set(existing) - set(refreshed) <= set(pointer), ttls
