@@ -192,3 +192,32 @@ async def test_a_redis_read_refreshes_the_ttl_of_what_it_read() -> None:
                     assert set(refreshed) == set(existing), ttls
                 else:  # by id: the pointer is not what was read
                     assert set(existing) - set(refreshed) <= set(pointer), ttls
+
+
+async def test_the_profiles_redis_client_speaks_redisjson_through_orjson() -> None:
+    """The redis-mysql client (``redis_client``) encodes and decodes RedisJSON with orjson, on
+    the client and on its pipelines (the saver's reads, redisvl's writes), and stores the same
+    JSON value as redis-py's default encoder."""
+    from redis.asyncio import Redis
+
+    from threadkeeper.adapters.redis_mysql.backend import redis_client
+    from threadkeeper.adapters.redis_mysql.client import DECODER, ENCODER
+
+    value = {"content": "请问 بیمه — naïve", "n": [1, 2.5, None, True], "nested": {"k": "v"}}
+    with private_redis() as server:
+        ours, plain = redis_client(server.url), Redis.from_url(server.url)
+        try:
+            pipeline = ours.pipeline(transaction=False)
+            assert pipeline.json().__encoder__ is ENCODER
+            assert ours.json().__decoder__ is DECODER
+            pipeline.json().set("ours", "$", value)
+            await pipeline.execute()
+            await plain.json().set("plain", "$", value)
+            read = ours.pipeline(transaction=False)
+            read.json().get("ours")
+            read.json().get("plain")
+            assert await read.execute() == [value, value]
+            assert await plain.json().get("ours") == value
+        finally:
+            await ours.aclose()
+            await plain.aclose()

@@ -45,6 +45,7 @@ from threadkeeper.adapters.checkpoint_retention import (
 )
 from threadkeeper.adapters.profile import SchemaNotReady
 from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
+from threadkeeper.adapters.redis_mysql.client import OrjsonRedis
 from threadkeeper.adapters.redis_mysql.lock import RedisRunLock
 from threadkeeper.adapters.redis_mysql.ratelimit import RedisWindows
 from threadkeeper.adapters.redis_mysql.rounds import ArchiveRoundStore
@@ -148,7 +149,7 @@ def redis_client(url: str) -> Redis:
     """A client that survives a Redis restart — a command on a connection the server closed is
     retried on a new one (twice, backing off) instead of failing the run — and fails fast when
     Redis does not answer: a timeout is not retried."""
-    return Redis.from_url(
+    return OrjsonRedis.from_url(
         url,
         retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), retries=1),
         retry_on_error=[RedisConnectionError],
