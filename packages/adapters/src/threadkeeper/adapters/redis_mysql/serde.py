@@ -7,8 +7,9 @@ Every read revives each of them: a recursive Python walk over every dict and lis
 envelope (``_revive_if_needed``, children first), a failed ``import_module`` of the legacy
 ``langchain.schema.messages`` path the envelope names, then a pydantic construction; every
 write calls ``to_json`` on each message again. Both grow with the messages the budget keeps
-(~156 at the default 8,000 tokens): at that size one read cost ~37 ms and one write ~17 ms on
-this machine (``docs/benchmarks.md``).
+(~156 at the default 8,000 tokens): in ``benchmarks/profile_turns.py`` a turn of a 120-turn
+thread spent ~29 ms more in the saver than an early turn (``docs/benchmarks/
+profile-turns-redis-mysql-memo-before.md``; ``docs/benchmarks.md``).
 
 Here an envelope is keyed by its compact JSON (``orjson.dumps`` of the parsed dict, a few µs)
 and the message revived from it is handed out again for the same bytes; a message the memo
