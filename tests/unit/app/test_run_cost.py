@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -179,18 +179,39 @@ def _history() -> list[BaseMessage]:
     ]
 
 
-def test_a_memoized_decode_equals_a_fresh_one_and_notices_an_assigned_field() -> None:
+def _sql_serializers() -> tuple[Any, Any]:
     serde = checkpoint_serializer()
-    plain = JsonPlusSerializer()
-    blob = serde.dumps_typed({"messages": _history(), "n": 3})
+    assert serde._unpack_ext_hook is serde.memo  # the memo decodes for ormsgpack
+    return serde, JsonPlusSerializer()
+
+
+def _redis_serializers() -> tuple[Any, Any]:
+    from langgraph.checkpoint.redis.jsonplus_redis import JsonPlusRedisSerializer
+
+    from threadkeeper.adapters.redis_mysql.serde import MemoRedisSerializer
+
+    return MemoRedisSerializer(), JsonPlusRedisSerializer()
+
+
+@pytest.mark.parametrize(
+    ("serializers", "kind"),
+    [(_sql_serializers, "msgpack"), (_redis_serializers, "json")],
+    ids=["sql", "redis"],
+)
+def test_a_memoized_decode_equals_a_fresh_one_and_notices_an_assigned_field(
+    serializers: Callable[[], tuple[Any, Any]], kind: str
+) -> None:
+    """The SQL profiles' msgpack memo and redis-mysql's RedisJSON envelope memo alike."""
+    serde, plain = serializers()
+    blob = plain.dumps_typed({"messages": _history(), "n": 3})
+    assert blob[0] == kind
     first = serde.loads_typed(blob)
     second = serde.loads_typed(blob)
     fresh = plain.loads_typed(blob)
-    assert first == second == fresh
+    assert first == second == fresh == {"messages": _history(), "n": 3}
     assert [type(m) for m in second["messages"]] == [type(m) for m in fresh["messages"]]
-    hook = serde._unpack_ext_hook
-    assert isinstance(hook, MessageMemo)
-    assert hook.hits >= len(_history())
+    assert isinstance(serde.memo, MessageMemo)
+    assert serde.memo.hits == len(_history())
     assert first["messages"][0] is second["messages"][0], "handed out again, not copied"
     second["messages"][3].content = "changed by a caller"
     third = serde.loads_typed(blob)
@@ -254,25 +275,6 @@ def test_a_new_message_beside_read_ones_is_encoded_as_langgraph_does() -> None:
 
 
 # --- decoded messages, redis-mysql (RedisJSON envelopes) ---------------------------------------
-
-
-def test_a_redis_envelope_revived_through_the_memo_equals_a_fresh_revival() -> None:
-    from langgraph.checkpoint.redis.jsonplus_redis import JsonPlusRedisSerializer
-
-    from threadkeeper.adapters.redis_mysql.serde import MemoRedisSerializer
-
-    serde, plain = MemoRedisSerializer(), JsonPlusRedisSerializer()
-    blob = plain.dumps_typed({"messages": _history(), "n": 3})
-    assert blob[0] == "json"
-    first, second, fresh = serde.loads_typed(blob), serde.loads_typed(blob), plain.loads_typed(blob)
-    assert first == second == fresh == {"messages": _history(), "n": 3}
-    assert [type(m) for m in second["messages"]] == [type(m) for m in fresh["messages"]]
-    assert serde.memo.hits == len(_history())
-    assert first["messages"][0] is second["messages"][0], "handed out again, not copied"
-    second["messages"][3].content = "changed by a caller"
-    third = serde.loads_typed(blob)
-    assert third["messages"][3].content == "Yes, in the EU.", "revived again"
-    assert third == fresh
 
 
 def test_an_unchanged_redis_history_is_written_as_the_json_it_was_read_from() -> None:
