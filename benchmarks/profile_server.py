@@ -48,6 +48,9 @@ QUESTIONS = (
     "My name is Sara and I live in Tehran. What does travel insurance cover?",
 )
 AREAS = (  # the first that matches a frame, innermost frame first
+    # py-spy names a frame by its path below the nearest directory without an __init__.py, so
+    # LangGraph's namespace packages appear as pregel/…, channels/…, sqlite/aio.py (the
+    # checkpointer and store), serde/…, base/… — not under langgraph/
     ("builtin model", ("app/builtin_model.py",)),
     ("token counting", ("domain/tokens.py", "domain/estimate.py", "tiktoken")),
     (
@@ -68,14 +71,66 @@ AREAS = (  # the first that matches a frame, innermost frame first
     ("retrieval", ("adapters/knowledge/", "bm25s")),
     (
         "checkpoints and SQL",
-        ("langgraph/checkpoint", "aiosqlite", "sqlite3", "sqlalchemy", "psycopg", "adapters/"),
+        (
+            "langgraph/checkpoint",
+            "aiosqlite",
+            "sqlite3",
+            "sqlalchemy",
+            "psycopg",
+            "asyncmy",
+            "adapters/",
+            "sqlite/aio.py",
+            "sqlite/base.py",
+            "postgres/aio.py",
+            "postgres/base.py",
+            "mysql/",
+            "serde/",
+            "base/batch.py",
+            "redis/",
+            "redisvl/",
+        ),
     ),
-    ("telemetry", ("opentelemetry", "app/telemetry.py", "prometheus")),
+    (
+        "telemetry",
+        (
+            "opentelemetry",
+            "app/telemetry.py",
+            "app/instrumentation.py",
+            "app/metrics.py",
+            "prometheus",
+            "trace/",
+            "metrics/_internal",
+            "common/_internal",
+            "_shared_internal/",
+            "http/trace_exporter",
+            "http/metric_exporter",
+            "attributes/",
+            "resources/",
+            "_semconv.py",
+            "asgi/__init__.py",
+            "(_decorator.py",
+        ),
+    ),
     ("HTTP (Litestar, uvicorn)", ("litestar", "uvicorn", "h11", "httptools", "anyio")),
     ("pydantic", ("pydantic",)),
-    ("LangGraph / LangChain runtime", ("langgraph/", "langchain_core", "langchain/", "langsmith")),
-    ("threadkeeper run service", ("app/",)),
+    (
+        "LangGraph / LangChain runtime",
+        (
+            "langgraph/",
+            "langchain_core",
+            "langchain/",
+            "langsmith",
+            "pregel/",
+            "channels/",
+            "graph/",
+            "managed/",
+            "_internal/_runnable.py",
+            "_internal/_config.py",
+            "_internal/_future.py",
+        ),
+    ),
 )
+RUN_SERVICE = "threadkeeper run service"
 OURS = ("app/", "hooks/", "domain/", "adapters/")
 
 
@@ -137,11 +192,19 @@ async def drive(url: str, threads: int, turns: int, concurrency: int) -> int:
 
 
 def area_of(frames: list[str]) -> str:
+    """The area of the innermost frame that names one; threadkeeper's own code (``app/``,
+    ``domain/``) not named by an area is "threadkeeper run service", unless a frame outside it
+    names one (the builtin model's ``domain/text.py`` is the builtin model's)."""
+    ours = False
     for frame in reversed(frames):
+        if "(app/cli.py:" in frame:  # serve's frame is under every stack, the event loop's too
+            continue
+        mine = "(app/" in frame or "(domain/" in frame
         for name, needles in AREAS:
             if any(needle in frame for needle in needles):
-                return name
-    return "other (event loop, threads)"
+                return RUN_SERVICE if ours and not mine else name
+        ours = ours or mine
+    return RUN_SERVICE if ours else "other (event loop, threads)"
 
 
 def ours_of(frames: list[str]) -> str | None:
@@ -166,6 +229,28 @@ def breakdown(raw: Path) -> tuple[int, collections.Counter[str], collections.Cou
     return total, areas, ours
 
 
+def area_table(total: int, areas: collections.Counter[str]) -> list[str]:
+    return [
+        "| area | share of samples |",
+        "|---|---|",
+        *(f"| {name} | {n / total:.1%} |" for name, n in areas.most_common()),
+    ]
+
+
+def rescan(raw: Path) -> None:
+    """Rewrite the area table of ``raw``'s ``.md`` from its raw stacks with today's ``AREAS``."""
+    total, areas, _ = breakdown(raw)
+    page = raw.with_suffix(".md")
+    lines = page.read_text().splitlines()
+    start = lines.index("| area | share of samples |")
+    end = lines.index("", start)
+    note = f"(Areas as `benchmarks/profile_server.py --rescan {raw}` files them today.)"
+    if lines[end + 1].startswith("(Areas as"):
+        del lines[end + 1 : end + 3]
+    lines[start:end] = [*area_table(total, areas), "", note]
+    page.write_text("\n".join(lines) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="embedded")
@@ -174,13 +259,26 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--long", type=int, default=0, help="one thread of this many turns")
     parser.add_argument("--seconds", type=float, default=20.0, help="py-spy's window")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
     parser.add_argument(
         "--no-otlp",
         action="store_true",
         help="no OTLP endpoint (the benchmarks export spans and metrics to a loopback sink)",
     )
+    parser.add_argument(
+        "--rescan",
+        type=Path,
+        nargs="+",
+        metavar="RAW",
+        help="only re-file the samples of these raw stacks (.txt) into the area table of their .md",
+    )
     args = parser.parse_args()
+    if args.rescan:
+        for raw in args.rescan:
+            rescan(raw)
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
     py_spy = shutil.which("py-spy") or str(Path.home() / ".local/bin/py-spy")
     port, data = free_port(), tempfile.mkdtemp(prefix="tk-profile-")
     env = {**os.environ, "THREADKEEPER_PROFILE": args.profile, "THREADKEEPER_DATA_DIR": data}
@@ -225,18 +323,14 @@ def main() -> int:
             else f"{threads} threads x {turns} turns, {concurrency} in flight"
         ),
         "",
-        f"Command: `.venv/bin/python benchmarks/profile_server.py "
-        f"{'--long ' + str(args.long) + ' ' if args.long else ''}"
-        f"{'--no-otlp ' if args.no_otlp else ''}--out {args.out}`"
+        f"Command: `.venv/bin/python benchmarks/profile_server.py {' '.join(sys.argv[1:])}`"
         + ("" if args.no_otlp else " (spans and metrics exported over OTLP to a loopback sink)"),
         "",
         f"{runs} runs in {elapsed:.1f} s ({runs / elapsed:.1f} runs/s); server CPU "
         f"{cpu / runs * 1000:.1f} ms per run; {total} samples (`--gil`: the thread holding "
         "the GIL).",
         "",
-        "| area | share of samples |",
-        "|---|---|",
-        *(f"| {name} | {n / total:.1%} |" for name, n in areas.most_common()),
+        *area_table(total, areas),
         "",
         "Innermost threadkeeper function on the stack (top 25):",
         "",
