@@ -37,6 +37,7 @@ from sqlalchemy.pool import StaticPool
 
 from threadkeeper.adapters.atomic import StagedPut
 from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
+from threadkeeper.adapters.embedded.connection import LoopConnection, connect
 from threadkeeper.adapters.rounds import RoundsOf, RoundStore, RoundWrite
 from threadkeeper.adapters.serde import checkpoint_serializer
 from threadkeeper.adapters.sql import (
@@ -222,13 +223,20 @@ class EmbeddedBackend(RoundsOf):
 
 
 def sqlite_engine(path: Path) -> AsyncEngine:
-    """One connection (``StaticPool``) in autocommit mode; SQLAlchemy's transactions start
-    with ``BEGIN IMMEDIATE`` (SQLAlchemy's recipe for transactions on pysqlite)."""
+    """One connection (``StaticPool``, a ``LoopConnection``) in autocommit mode; SQLAlchemy's
+    transactions start with ``BEGIN IMMEDIATE`` (SQLAlchemy's recipe for transactions on
+    pysqlite)."""
+
+    async def _open() -> LoopConnection:
+        connection = connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
+        await connection  # opens it on its thread
+        return connection
+
     engine = create_async_engine(
-        f"sqlite+aiosqlite:///{path}",
+        f"sqlite+aiosqlite:///{path}",  # the URL names the database in spans; _open opens it
+        async_creator=_open,
         poolclass=StaticPool,
         pool_reset_on_return=None,  # never ROLLBACK under the store's open transaction
-        connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
     )
 
     @event.listens_for(engine.sync_engine, "connect")

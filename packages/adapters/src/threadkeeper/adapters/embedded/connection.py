@@ -1,0 +1,130 @@
+"""The embedded profile's one SQLite connection: aiosqlite, minus the thread hops that cannot
+wait.
+
+aiosqlite runs every call — a cursor made, a statement, a fetch, a cursor closed — on its
+worker thread and hands the result back through the event loop: a queue, a thread wake-up,
+``call_soon_threadsafe`` and a loop wake-up per call. SQLAlchemy's dialect makes four such calls
+per statement (cursor, execute, fetch, close), so a run cost ~65 of them (measured: 64.5 per
+run, ``tests/unit/adapters/test_loop_connection.py`` counts them on a real round), more CPU than
+SQLite spent on its statements.
+
+The thread exists for what can wait: SQLite's lock and the disk. ``LoopConnection`` keeps
+those on the thread and runs the rest on the loop's thread, where the call returns at once:
+
+- on the thread: ``BEGIN IMMEDIATE`` / ``EXCLUSIVE`` (they wait for the write lock), a
+  ``COMMIT`` of a transaction that changed rows (its fsync), a write in autocommit mode (its
+  own transaction and fsync), anything else not listed below (scripts, pragmas, DDL, open and
+  close);
+- on the loop: making and closing cursors, fetches, a deferred ``BEGIN`` (it takes no lock), any
+  statement inside an open transaction (the lock is held or, in WAL mode, a read needs none), a
+  ``SELECT`` in autocommit mode (a WAL reader never waits for a writer), the ``COMMIT`` or
+  ``ROLLBACK`` of a transaction that changed nothing.
+
+Calls stay in the order they were made: one that would run on the loop while a call is still
+queued for the thread waits its turn on the thread instead. (The backend's ``guard`` already
+serializes every use of the connection; this only makes the rule not depend on it.) The
+module's ``sqlite3`` is built thread-safe (``sqlite3.threadsafety == 3``) and the connection
+is opened with ``check_same_thread=False``, so both threads may use it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+_CURSOR_CALLS = frozenset({"close", "fetchone", "fetchmany", "fetchall"})
+"""A ``sqlite3.Cursor``'s calls that only read or close it."""
+_STATEMENTS = frozenset({"execute", "executemany"})
+_WAITS = ("BEGIN IMMEDIATE", "BEGIN EXCLUSIVE")
+_ENDS = ("COMMIT", "END", "ROLLBACK")
+
+
+class LoopConnection(aiosqlite.Connection):
+    """``aiosqlite.Connection`` that runs on the event loop what cannot block (see the module
+    docstring); ``hops`` counts the calls that went to the thread."""
+
+    def __init__(self, connector: Callable[[], sqlite3.Connection], iter_chunk_size: int = 64):
+        super().__init__(connector, iter_chunk_size)
+        self.hops = 0
+        self._queued = 0
+        self._changes_at_begin = 0
+
+    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        conn = self._connection
+        if (
+            conn is not None
+            and self._running
+            and not self._queued
+            and self._on_loop(conn, fn, args)
+        ):
+            result = fn(*args, **kwargs)
+            self._began(conn, fn, args)
+            return result
+        self.hops += 1
+        self._queued += 1
+        try:
+            result = await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
+        finally:
+            self._queued -= 1
+        if conn is not None:
+            self._began(conn, fn, args)
+        return result
+
+    def _on_loop(
+        self, conn: sqlite3.Connection, fn: Callable[..., Any], args: tuple[Any, ...]
+    ) -> bool:
+        owner, name = getattr(fn, "__self__", None), getattr(fn, "__name__", "")
+        if isinstance(owner, sqlite3.Cursor):
+            return name in _CURSOR_CALLS or (name in _STATEMENTS and self._statement(conn, args))
+        if owner is not conn:  # aiosqlite's own helpers, and anything else: the thread
+            return False
+        if name == "cursor":
+            return True
+        if name in ("commit", "rollback"):
+            return self._wrote_nothing(conn)
+        return name in _STATEMENTS and self._statement(conn, args)
+
+    def _wrote_nothing(self, conn: sqlite3.Connection) -> bool:
+        """No transaction is open, or the open one changed no row: ending it cannot wait."""
+        return not conn.in_transaction or conn.total_changes == self._changes_at_begin
+
+    def _statement(self, conn: sqlite3.Connection, args: tuple[Any, ...]) -> bool:
+        """Whether the statement ``args[0]`` runs on the loop."""
+        if not args or not isinstance(args[0], str):
+            return False
+        sql = args[0].lstrip()[:16].upper()
+        if sql.startswith(_WAITS):
+            return False
+        if sql.startswith(_ENDS):
+            return self._wrote_nothing(conn)
+        if conn.in_transaction or sql.startswith("BEGIN"):
+            return True
+        return sql.startswith("SELECT")
+
+    def _began(
+        self, conn: sqlite3.Connection, fn: Callable[..., Any], args: tuple[Any, ...]
+    ) -> None:
+        """After a ``BEGIN``: the row changes so far, to tell at ``COMMIT`` whether the
+        transaction wrote (``total_changes`` counts rows inserted, updated and deleted)."""
+        if (
+            getattr(fn, "__name__", "") in _STATEMENTS
+            and args
+            and isinstance(args[0], str)
+            and args[0].lstrip()[:5].upper() == "BEGIN"
+        ):
+            self._changes_at_begin = conn.total_changes
+
+
+def connect(path: Path, *, timeout: float) -> LoopConnection:
+    """A ``LoopConnection`` to ``path`` (awaiting it opens it), as ``aiosqlite.connect`` would
+    open it: ``check_same_thread=False``, the worker thread a daemon."""
+    connection = LoopConnection(
+        partial(sqlite3.connect, str(path), timeout=timeout, check_same_thread=False)
+    )
+    connection._thread.daemon = True
+    return connection
