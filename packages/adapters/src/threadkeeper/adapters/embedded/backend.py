@@ -13,7 +13,9 @@ connections (saver, store, run records) a few concurrent runs were enough to fai
 after their round was stored. So the saver, the store and threadkeeper's tables share one
 connection in autocommit mode and one ``asyncio.Lock`` held for each statement or
 transaction (``guard``): statements run one after another and never contend for SQLite's
-lock. A round is one ``BEGIN IMMEDIATE`` transaction on it (``SqliteRoundStore``).
+lock. A round is one ``BEGIN IMMEDIATE`` transaction on it (``SqliteRoundStore``). The
+connection is a ``LoopConnection`` (``adapters.embedded.connection``): only what can wait for
+SQLite's lock or the disk goes through aiosqlite's thread.
 """
 
 from __future__ import annotations
