@@ -5,6 +5,7 @@ order it was asked for; and a run hands the thread a handful of calls, not ~65."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
@@ -101,6 +102,26 @@ async def test_calls_keep_their_order_behind_a_call_on_the_thread(conn: LoopConn
     await write
     assert rows == [("first", "x")]  # the read waited for the write queued before it
     assert where(conn) == "thread"  # ... by going to the thread behind it
+
+
+async def test_a_cancelled_call_still_on_the_thread_keeps_the_next_ones_behind_it(
+    conn: LoopConnection, tmp_path: Path
+) -> None:
+    other = sqlite3.connect(tmp_path / "db.sqlite3", isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    begin = asyncio.create_task(conn.execute("BEGIN IMMEDIATE"))
+    await asyncio.sleep(0.05)  # queued on the thread, waiting for the lock
+    begin.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await begin
+    read = asyncio.create_task(conn.execute("SELECT here()"))
+    await asyncio.sleep(0.05)
+    assert not read.done()  # behind the BEGIN the thread is still running, not beside it
+    other.execute("COMMIT")
+    other.close()
+    await asyncio.wait_for(read, timeout=60)
+    assert where(conn) == "thread"
+    await conn.execute("ROLLBACK")  # the cancelled BEGIN did begin
 
 
 async def test_what_a_transaction_wrote_is_on_disk_after_it(

@@ -29,6 +29,8 @@ is opened with ``check_same_thread=False``, so both threads may use it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Callable
 from functools import partial
@@ -65,15 +67,24 @@ class LoopConnection(aiosqlite.Connection):
             result = fn(*args, **kwargs)
             self._began(conn, fn, args)
             return result
+        loop = asyncio.get_running_loop()
+
+        def on_thread() -> Any:
+            try:
+                result = fn(*args, **kwargs)
+                if conn is not None:
+                    self._began(conn, fn, args)
+                return result
+            finally:  # counted done when the thread is, even if the caller was cancelled
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing waits
+                    loop.call_soon_threadsafe(self._finished)
+
         self.hops += 1
         self._queued += 1
-        try:
-            result = await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
-        finally:
-            self._queued -= 1
-        if conn is not None:
-            self._began(conn, fn, args)
-        return result
+        return await super()._execute(on_thread)  # type: ignore[no-untyped-call]
+
+    def _finished(self) -> None:
+        self._queued -= 1
 
     def _on_loop(
         self, conn: sqlite3.Connection, fn: Callable[..., Any], args: tuple[Any, ...]
