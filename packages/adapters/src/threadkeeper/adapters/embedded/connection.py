@@ -4,9 +4,9 @@ wait.
 aiosqlite runs every call — a cursor made, a statement, a fetch, a cursor closed — on its
 worker thread and hands the result back through the event loop: a queue, a thread wake-up,
 ``call_soon_threadsafe`` and a loop wake-up per call. SQLAlchemy's dialect makes four such calls
-per statement (cursor, execute, fetch, close), so a run cost ~65 of them (measured: 64.5 per
-run, ``tests/unit/adapters/test_loop_connection.py`` counts them on a real round), more CPU than
-SQLite spent on its statements.
+per statement (cursor, execute, fetch, close), so a run cost 65–71 of them (counted by
+``tests/unit/adapters/test_loop_connection.py`` through the HTTP API), more CPU than SQLite
+spent on its statements.
 
 The thread exists for what can wait: SQLite's lock and the disk. ``LoopConnection`` keeps
 those on the thread and runs the rest on the loop's thread, where the call returns at once:
@@ -18,7 +18,13 @@ those on the thread and runs the rest on the loop's thread, where the call retur
 - on the loop: making and closing cursors, fetches, a deferred ``BEGIN`` (it takes no lock), any
   statement inside an open transaction (the lock is held or, in WAL mode, a read needs none), a
   ``SELECT`` in autocommit mode (a WAL reader never waits for a writer), the ``COMMIT`` or
-  ``ROLLBACK`` of a transaction that changed nothing.
+  ``ROLLBACK`` of a transaction that changed no row.
+
+Two cases could still wait on the loop, neither on the serving path: a write inside a deferred
+transaction (the store's ``BEGIN``, a search, a put) waits if another connection holds the write
+lock — the data directory's lock leaves only readers beside the server (an export, a backup);
+and ``total_changes`` does not count DDL, so a transaction of DDL alone (``setup()`` at start)
+commits on the loop.
 
 Calls stay in the order they were made: one that would run on the loop while a call is still
 queued for the thread waits its turn on the thread instead. (The backend's ``guard`` already
