@@ -540,8 +540,10 @@ class PromptReader:
     script, a test — the prompt is written and the line read through ``select``, so that a
     Ctrl-C (SIGINT) arriving just after the prompt still ends the read: ``input()`` writes the
     prompt and blocks in ``read()`` with no Python in between, and the signal's handler, which
-    runs only when Python next runs, would wait for the next line (a piped ``chat`` hung that
-    way in 4 of 5 tries when the signal came as soon as the prompt was out)."""
+    runs only when Python next runs, would wait for the next line. The window is microseconds
+    unless the client is descheduled right after the prompt, as on a loaded machine: the e2e
+    test of Ctrl-C at the prompt timed out that way once, and a harness signalling as soon as
+    the prompt was out hung 4 of 5 times in one run (none in later runs)."""
 
     POLL_SECONDS = 0.2
     """A signal that lands between the check and the ``select`` is seen this late."""
