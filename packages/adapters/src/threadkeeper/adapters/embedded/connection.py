@@ -63,15 +63,15 @@ class LoopConnection(aiosqlite.Connection):
         self._changes_at_begin = 0
 
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        conn = self._connection
+        conn, head = self._connection, _sql_head(fn, args)
         if (
             conn is not None
             and self._running
             and not self._queued
-            and self._on_loop(conn, fn, args)
+            and self._on_loop(conn, fn, head)
         ):
             result = fn(*args, **kwargs)
-            self._began(conn, fn, args)
+            self._began(conn, head)
             return result
         loop = asyncio.get_running_loop()
 
@@ -79,7 +79,7 @@ class LoopConnection(aiosqlite.Connection):
             try:
                 result = fn(*args, **kwargs)
                 if conn is not None:
-                    self._began(conn, fn, args)
+                    self._began(conn, head)
                 return result
             finally:  # counted done when the thread is, even if the caller was cancelled
                 with contextlib.suppress(RuntimeError):  # the loop is closed: nothing waits
@@ -92,49 +92,44 @@ class LoopConnection(aiosqlite.Connection):
     def _finished(self) -> None:
         self._queued -= 1
 
-    def _on_loop(
-        self, conn: sqlite3.Connection, fn: Callable[..., Any], args: tuple[Any, ...]
-    ) -> bool:
+    def _on_loop(self, conn: sqlite3.Connection, fn: Callable[..., Any], head: str | None) -> bool:
         owner, name = getattr(fn, "__self__", None), getattr(fn, "__name__", "")
         if isinstance(owner, sqlite3.Cursor):
-            return name in _CURSOR_CALLS or (name in _STATEMENTS and self._statement(conn, args))
+            return name in _CURSOR_CALLS or (head is not None and self._statement(conn, head))
         if owner is not conn:  # aiosqlite's own helpers, and anything else: the thread
             return False
         if name == "cursor":
             return True
         if name in ("commit", "rollback"):
             return self._wrote_nothing(conn)
-        return name in _STATEMENTS and self._statement(conn, args)
+        return head is not None and self._statement(conn, head)
 
     def _wrote_nothing(self, conn: sqlite3.Connection) -> bool:
         """No transaction is open, or the open one changed no row: ending it cannot wait."""
         return not conn.in_transaction or conn.total_changes == self._changes_at_begin
 
-    def _statement(self, conn: sqlite3.Connection, args: tuple[Any, ...]) -> bool:
-        """Whether the statement ``args[0]`` runs on the loop."""
-        if not args or not isinstance(args[0], str):
+    def _statement(self, conn: sqlite3.Connection, head: str) -> bool:
+        """Whether the statement that begins with ``head`` runs on the loop."""
+        if head.startswith(_WAITS):
             return False
-        sql = args[0].lstrip()[:16].upper()
-        if sql.startswith(_WAITS):
-            return False
-        if sql.startswith(_ENDS):
+        if head.startswith(_ENDS):
             return self._wrote_nothing(conn)
-        if conn.in_transaction or sql.startswith("BEGIN"):
+        if conn.in_transaction or head.startswith("BEGIN"):
             return True
-        return sql.startswith("SELECT")
+        return head.startswith("SELECT")
 
-    def _began(
-        self, conn: sqlite3.Connection, fn: Callable[..., Any], args: tuple[Any, ...]
-    ) -> None:
+    def _began(self, conn: sqlite3.Connection, head: str | None) -> None:
         """After a ``BEGIN``: the row changes so far, to tell at ``COMMIT`` whether the
         transaction wrote (``total_changes`` counts rows inserted, updated and deleted)."""
-        if (
-            getattr(fn, "__name__", "") in _STATEMENTS
-            and args
-            and isinstance(args[0], str)
-            and args[0].lstrip()[:5].upper() == "BEGIN"
-        ):
+        if head is not None and head.startswith("BEGIN"):
             self._changes_at_begin = conn.total_changes
+
+
+def _sql_head(fn: Callable[..., Any], args: tuple[Any, ...]) -> str | None:
+    """The start of the statement ``fn`` executes, upper-cased; ``None`` if it executes none."""
+    if getattr(fn, "__name__", "") in _STATEMENTS and args and isinstance(args[0], str):
+        return args[0].lstrip()[:16].upper()
+    return None
 
 
 def connect(path: Path, *, timeout: float) -> LoopConnection:
