@@ -69,11 +69,15 @@ Measured per arm, in ``extra_info``:
   turns are noisy: at 50 turns the ratio moves by ±0.3 between runs, at 200 by ±0.5.
 * ``rows`` — rows per table; ``state_messages`` — messages in the final state.
 
-The benchmark time is the whole N-turn conversation (``pedantic``, one round). The chosen
-arm (``CHOSEN``) is gated at 1.5× the baseline's time, a tripwire (it measured 0.37–0.48× at 200
-turns); what the arm is for is asserted on bytes, which do not jitter: its ``storage_ratio``
-must stay within the target, 2×. Its ``latency_ratio`` is reported, not gated: single turns on
-this shared 2-core machine move by ±0.3 between runs.
+The benchmark time is the whole N-turn conversation (``pedantic``, one round); the ratios in
+that group are for reference. The gate is ``test_postgres_storage_interleaved``: the chosen arm
+(``CHOSEN``) and plain, each in a fresh schema, take turns (``benchmarks.interleave``), and the
+chosen arm's summed turn times ÷ plain's (``time_over_plain``) must stay within 1.5×, a
+tripwire (it measured 0.37–0.48× at 200 turns) — two arms timed in separate tests minutes
+apart also measure what else the machine did in between. What the arm is for is asserted on
+bytes, which do not jitter: its ``storage_ratio`` must stay within the target, 2×. Its
+``latency_ratio`` is reported, not gated: single turns on this shared 2-core machine move by
+±0.3 between runs.
 """
 
 from __future__ import annotations
@@ -107,6 +111,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from benchmarks.conftest import BenchSize, chat_text
+from benchmarks.interleave import alternate
 from tests.support.scripted_model import ScriptedChatModel
 from threadkeeper.adapters.atomic import AtomicSaver
 from threadkeeper.adapters.postgres.ledger import DDL as LEDGER_DDL
@@ -319,7 +324,7 @@ ARMS = [
 ]
 CHOSEN = "tk_ledger_prune"
 STORAGE_TARGET = 2.0  # the chosen arm's stored bytes ÷ its transcript (DESIGN.md, Targets)
-GATE = 1.5  # the chosen arm's conversation time ÷ plain's; see the module docstring
+GATE = 1.5  # the chosen arm's conversation time ÷ plain's, interleaved; see the module docstring
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
@@ -483,7 +488,6 @@ def test_postgres_storage(benchmark, size: BenchSize, arm: Arm) -> None:  # type
             prune10_ms=_median_ms(pruning[5:15]), pruneN_ms=_median_ms(pruning[-10:])
         )
     if arm.name == CHOSEN:
-        benchmark.extra_info["gate_max_ratio"] = GATE
         assert benchmark.extra_info["storage_ratio"] <= STORAGE_TARGET, benchmark.extra_info
     _RESULTS[(size.name, arm.name)] = dict(benchmark.extra_info)
 
@@ -499,3 +503,58 @@ def test_postgres_storage(benchmark, size: BenchSize, arm: Arm) -> None:  # type
 
 
 _RESULTS: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def test_postgres_storage_interleaved(benchmark, size: BenchSize) -> None:  # type: ignore[no-untyped-def]
+    """The gate: the chosen arm's N turns ÷ plain's, the two conversations taking turns."""
+    n = TURNS[size.name]
+    turns = _turns(n)
+    benchmark.group = f"postgres storage, {n} turns, {CHOSEN} vs plain interleaved"
+    arms = {a.name: a for a in ARMS}
+    pair = [arms[CHOSEN], arms["plain"]]
+    spent: list[float] = []
+    loop = asyncio.new_event_loop()
+    schemas = [_fresh_schema() for _ in pair]
+    try:
+        pools = [loop.run_until_complete(cm.__aenter__())[1] for cm in schemas]
+        try:
+
+            async def build() -> list[tuple[Any, RunTurn, RunnableConfig]]:
+                sides = []
+                for arm, pool in zip(pair, pools, strict=True):
+                    agent, _, run_turn = arm.build(AsyncPostgresSaver(pool), turns)  # type: ignore[arg-type]
+                    thread_id = f"bench-{arm.name}-{uuid.uuid4().hex[:8]}"
+                    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+                    sides.append((agent, run_turn, config))
+                return sides
+
+            sides = loop.run_until_complete(build())
+            gc.collect()
+
+            def side(agent: Any, run_turn: RunTurn, config: RunnableConfig) -> Any:
+                return lambda i: run_turn(agent, turns[i].human, config)
+
+            async def conversations() -> None:
+                spent[:] = await alternate([side(*s) for s in sides], n)
+
+            benchmark.pedantic(
+                lambda: loop.run_until_complete(conversations()), rounds=1, iterations=1
+            )
+            states = [loop.run_until_complete(a.aget_state(c)) for a, _, c in sides]
+        finally:
+            for cm in reversed(schemas[: len(pools)]):
+                loop.run_until_complete(cm.__aexit__(None, None, None))
+    finally:
+        loop.close()
+
+    chosen_s, plain_s = spent
+    benchmark.extra_info.update(
+        role="threadkeeper",
+        turns=n,
+        chosen_s=round(chosen_s, 3),
+        plain_s=round(plain_s, 3),
+        time_over_plain=round(chosen_s / plain_s, 3),
+        gate_max={"time_over_plain": GATE},
+    )
+    for state in states:  # both arms keep the whole conversation
+        assert [m.content for m in state.values["messages"][1::2]] == [t.answer for t in turns]

@@ -67,9 +67,15 @@ Measured per arm, in ``extra_info``:
 * ``keys`` — keys per prefix at the end; ``state_messages`` — messages in the final state.
 
 The benchmark time is the whole N-turn conversation (``pedantic``, one round), the two
-mid-run samples included (a pipelined scan, a few ms; every arm takes them). The chosen arm is
-gated at ``GATE`` × the baseline's time, a tripwire (measured 0.52-0.57 at 50 turns, 0.21 at
-200). Its boundedness is asserted on bytes, not time (they are deterministic to a few bytes:
+mid-run samples included (a pipelined scan, a few ms; every arm takes them); the ratios in
+that group are for reference. The gate is ``test_redis_storage_interleaved`` (group ``redis
+storage, N turns, tk_compact_exit_prune vs plain interleaved``): the chosen arm and plain, each
+on a private server of its own, take turns (``benchmarks.interleave.alternate``), and the
+chosen arm's summed turn times ÷ plain's (``time_over_plain``) must stay within ``GATE``, a
+tripwire (measured 0.52-0.68 at 50 turns, 0.21 at 200). Gating the two arms' separate tests
+against each other failed a CI run at 1.10×: the chosen arm, timed a minute after plain, ran
+every turn ~1.7× slower than in any run before or since — the machine, not the code. The
+chosen arm's boundedness is asserted on bytes, not time (they are deterministic to a few bytes:
 same turns, same compaction points): ``growth_ratio <= BOUNDED`` (measured 1.19 at 50 turns,
 0.84 at 200), exactly one checkpoint and one latest-pointer key, every key under a TTL, and a
 state that is the newest whole turns within the budget.
@@ -96,6 +102,7 @@ from langgraph.checkpoint.redis.aio import AsyncRedisSaver
 from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
 
 from benchmarks.conftest import BenchSize
+from benchmarks.interleave import alternate
 from benchmarks.test_bench_postgres_storage import (
     BLOG_KEEP,
     TURNS,
@@ -113,7 +120,7 @@ from threadkeeper.hooks.pipeline import parse_hook_names
 TK_HOOKS = ["truncate_tool_results", "compact"]
 TK_TTL = {"default_ttl": 10080, "refresh_on_read": True}  # THREADKEEPER_CHECKPOINT_TTL_MINUTES
 CHOSEN = "tk_compact_exit_prune"
-GATE = 1.0  # the chosen arm's conversation time ÷ plain's; see the module docstring
+GATE = 1.0  # the chosen arm's conversation time ÷ plain's, interleaved; see the module docstring
 BOUNDED = 1.4  # the chosen arm's bytes_end / bytes_half: the 1 / 0.75 compaction sawtooth + slack
 
 
@@ -302,8 +309,6 @@ def test_redis_storage(benchmark, size: BenchSize, arm: Arm, redis_server: Priva
         benchmark.extra_info.update(
             prune10_ms=_median_ms(pruning[5:15]), pruneN_ms=_median_ms(pruning[-10:])
         )
-    if arm.name == CHOSEN:
-        benchmark.extra_info["gate_max_ratio"] = GATE
 
     assert not held.foreign, f"keys that do not name the thread: {held.foreign[:5]}"
     if arm.name == "plain":
@@ -323,3 +328,78 @@ def test_redis_storage(benchmark, size: BenchSize, arm: Arm, redis_server: Priva
         assert benchmark.extra_info["growth_ratio"] <= BOUNDED, benchmark.extra_info
         assert held.keys == {"checkpoint": 1, "checkpoint_latest": 1}, held.keys
         assert held.no_ttl == 0, f"{held.no_ttl} of the thread's keys never expire"
+
+
+@pytest.fixture(scope="module")
+def control_server() -> Iterator[PrivateRedis]:
+    """A second private Redis Stack: the interleaved plain conversation's."""
+    with private_redis() as server:
+        yield server
+
+
+def test_redis_storage_interleaved(  # type: ignore[no-untyped-def]
+    benchmark, size: BenchSize, redis_server: PrivateRedis, control_server: PrivateRedis
+) -> None:
+    """The gate: the chosen arm's N turns ÷ plain's, the two conversations taking turns."""
+    n = TURNS[size.name]
+    turns: list[Turn] = _turns(n)
+    benchmark.group = f"redis storage, {n} turns, {CHOSEN} vs plain interleaved"
+    arms = {a.name: a for a in ARMS}
+    pair = [(arms[CHOSEN], redis_server), (arms["plain"], control_server)]
+    settings = HookSettings()
+    spent: list[float] = []
+    loop = asyncio.new_event_loop()
+    try:
+
+        async def setup() -> list[tuple[Any, Any, RunTurn, RunnableConfig]]:
+            sides = []
+            for arm, server in pair:
+                client = aioredis.Redis.from_url(server.url)
+                try:
+                    await client.flushall(asynchronous=False)
+                finally:
+                    await client.aclose()
+                saver = arm.saver(redis_url=server.url, ttl=arm.ttl)
+                await saver.asetup()
+                agent = create_agent(
+                    _model(turns), checkpointer=saver, middleware=arm.middleware(settings)
+                )
+                thread_id = f"bench-{arm.name}-{uuid.uuid4().hex[:8]}"
+                sides.append((agent, saver, _run_turn(arm, saver), _config(thread_id)))
+            return sides
+
+        sides = loop.run_until_complete(setup())
+        try:
+
+            def side(agent: Any, run_turn: RunTurn, config: RunnableConfig) -> Any:
+                return lambda i: run_turn(agent, turns[i].human, config)
+
+            async def conversations() -> None:
+                spent[:] = await alternate([side(a, r, c) for a, _, r, c in sides], n)
+
+            benchmark.pedantic(
+                lambda: loop.run_until_complete(conversations()), rounds=1, iterations=1
+            )
+            states = [loop.run_until_complete(a.aget_state(c)) for a, _, _, c in sides]
+        finally:
+            for _, saver, _, _ in sides:
+                loop.run_until_complete(saver.__aexit__(None, None, None))
+    finally:
+        loop.close()
+
+    chosen_s, plain_s = spent
+    benchmark.extra_info.update(
+        role="threadkeeper",
+        turns=n,
+        chosen_s=round(chosen_s, 3),
+        plain_s=round(plain_s, 3),
+        time_over_plain=round(chosen_s / plain_s, 3),
+        gate_max={"time_over_plain": GATE},
+    )
+    chosen_messages, plain_messages = (s.values["messages"] for s in states)
+    assert len(plain_messages) == 2 * n, "the plain conversation did not run every turn"
+    assert chosen_messages[-1].content == turns[-1].answer, "the chosen one did not finish"
+
+
+def _config(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id}}
