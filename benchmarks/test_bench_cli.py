@@ -7,7 +7,8 @@ the knowledge base for ``doctor`` — where it used to build the whole service: 
 tokenizer, knowledge base, model, hooks and agent (LangChain's agent factory). That is the
 baseline arm, measured in the same run: the same start-up a command paid before. DESIGN's
 target for the three commands is ≤ 2 s each (``target_seconds``; reported, not gated: the
-ratio is).
+ratio is, in ``test_cli_commands_interleaved``, where the four processes take turns so that a
+slow spell of the machine hits them alike; the per-command tests' ratios are for reference).
 
 Timed with Python's bytecode cache warm (a private ``PYTHONPYCACHEPREFIX``, filled by the
 warm-up round), as a user's second run of a command is; ``seconds_without_bytecode_cache``
@@ -162,10 +163,58 @@ def test_cli_command(  # type: ignore[no-untyped-def]
         mean = benchmark.stats.stats.mean
         extra.update(
             role="threadkeeper",
-            gate_max_ratio=GATES[arm],
             target_seconds=TARGET_SECONDS,
             within_target=mean <= TARGET_SECONDS,
         )
     else:
         extra["role"] = "baseline"
     benchmark.extra_info.update(extra)
+
+
+BEFORE = "every command building the whole service (before)"
+
+
+def _short(arm: str) -> str:
+    return "before" if arm == BEFORE else arm.split(" ", 1)[0]
+
+
+def _ratio_name(arm: str) -> str:
+    return f"{_short(arm)}_over_before"
+
+
+def test_cli_commands_interleaved(  # type: ignore[no-untyped-def]
+    benchmark, stored: tuple[Path, str], bytecode_cache: Path, size: BenchSize
+) -> None:
+    """The gates: each command's time ÷ the baseline's, the four processes taking turns.
+
+    The per-command tests above time each arm's rounds back to back, minutes apart from the
+    baseline's, so their ratios also measure what else the machine did meanwhile (doctor ran
+    at 0.60–0.91× in six runs against a gate of 0.95); here round *r* of every arm runs before
+    round *r + 1* of any, the order rotating, and each ratio is of the arms' mean times.
+    """
+    data, run_id = stored
+    env = _environment(data, bytecode_cache)
+    runs = {arm: _process(argv, env) for arm, argv in _arms(run_id).items()}
+    names = list(runs)
+    for run in runs.values():  # warm: the bytecode cache and the page cache
+        run()
+    spent: dict[str, list[float]] = {arm: [] for arm in names}
+
+    def rounds() -> None:
+        for r in range(ROUNDS[size.name]):
+            for k in range(len(names)):
+                arm = names[(r + k) % len(names)]
+                started = time.perf_counter()
+                runs[arm]()
+                spent[arm].append(time.perf_counter() - started)
+
+    benchmark.group = "operator commands on embedded, interleaved"
+    benchmark.pedantic(rounds, rounds=1, iterations=1)
+    mean = {arm: sum(times) / len(times) for arm, times in spent.items()}
+    benchmark.extra_info.update(
+        role="threadkeeper",
+        rounds=ROUNDS[size.name],
+        **{f"{_short(arm)}_s": round(mean[arm], 3) for arm in names},
+        **{_ratio_name(arm): round(mean[arm] / mean[BEFORE], 3) for arm in GATES},
+        gate_max={_ratio_name(arm): bound for arm, bound in GATES.items()},
+    )
