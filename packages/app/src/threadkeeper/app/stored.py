@@ -29,26 +29,46 @@ from threadkeeper.domain.threads import ThreadRef, ThreadScope
 from threadkeeper.domain.transcript import TranscriptMessage, TranscriptPage
 
 if TYPE_CHECKING:  # wired with a backend, never importing one
-    from langgraph.store.base import BaseStore
+    from langgraph.store.base import BaseStore, SearchItem
 
     from threadkeeper.adapters.profile import Backend
 
 
+MEMORY_KINDS = (MemoryKind.PROFILE, MemoryKind.FACTS)
+MEMORY_LIMIT = 500
+"""Items read per memory kind."""
+
+
 async def load_memory(store: BaseStore, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
-    """The user's memory items (``kind``, ``key``, ``value``, ``source``, ``updated_at``)."""
-    items: list[dict[str, Any]] = []
-    for kind in (MemoryKind.PROFILE, MemoryKind.FACTS):
-        for item in await store.asearch(memory_namespace(tenant_id, user_id, kind), limit=500):
-            items.append(
-                {
-                    "kind": kind.value,
-                    "key": item.key,
-                    "value": str(item.value.get("value", "")),
-                    "source": item.value.get("source", {}),
-                    "updated_at": item.updated_at.isoformat(),
-                }
+    """The user's memory items (``kind``, ``key``, ``value``, ``source``, ``updated_at``).
+
+    Both kinds in one ``abatch`` — what ``asearch`` sends, one search per kind — so a store
+    reads them in one go (SQLite: one transaction, was one per kind; PostgreSQL: one
+    connection from the pool).
+    """
+    from langgraph.store.base import SearchOp  # the backend has imported it already
+
+    ttl = store.ttl_config
+    refresh = ttl.get("refresh_on_read", True) if ttl is not None else True  # as asearch's
+    found = await store.abatch(
+        [
+            SearchOp(
+                memory_namespace(tenant_id, user_id, kind), limit=MEMORY_LIMIT, refresh_ttl=refresh
             )
-    return items
+            for kind in MEMORY_KINDS
+        ]
+    )
+    return [
+        {
+            "kind": kind.value,
+            "key": item.key,
+            "value": str(item.value.get("value", "")),
+            "source": item.value.get("source", {}),
+            "updated_at": item.updated_at.isoformat(),
+        }
+        for kind, items in zip(MEMORY_KINDS, found, strict=True)
+        for item in cast("list[SearchItem]", items)
+    ]
 
 
 async def memory_view(store: BaseStore, tenant_id: str, user_id: str) -> MemoryView:

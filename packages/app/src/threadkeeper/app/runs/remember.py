@@ -13,7 +13,7 @@ import logging
 from datetime import datetime
 
 from langchain_core.messages import HumanMessage
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, PutOp
 
 from threadkeeper.app.memory import MemoryExtractor
 from threadkeeper.app.metrics import MEMORY_WRITE_FAILURES, count_memory_writes, count_refusals
@@ -113,8 +113,9 @@ class MemoryWriter:
             self.rules,
         )
         count_refusals(plan.refused)
-        for item in plan.puts:
-            await self.store.aput(
+        ttl = self.store.ttl_config.get("default_ttl") if self.store.ttl_config else None
+        ops = [  # one batch, as aput and adelete would each send theirs: one transaction
+            PutOp(
                 memory_namespace(ref.tenant_id, ref.user_id, item.kind),
                 item.key,
                 {
@@ -125,9 +126,15 @@ class MemoryWriter:
                         "at": item.source.at.isoformat(),
                     },
                 },
+                ttl=ttl,
             )
-        for kind, key in plan.deletes:
-            await self.store.adelete(memory_namespace(ref.tenant_id, ref.user_id, kind), key)
+            for item in plan.puts
+        ] + [
+            PutOp(memory_namespace(ref.tenant_id, ref.user_id, kind), key, None)
+            for kind, key in plan.deletes
+        ]
+        if ops:
+            await self.store.abatch(ops)
         written: dict[str, int] = {}
         for item in plan.puts:
             written[item.kind.value] = written.get(item.kind.value, 0) + 1
