@@ -28,3 +28,15 @@ async def alternate(sides: Sequence[Turn], turns: int) -> list[float]:
             await sides[side](i)
             spent[side] += time.perf_counter() - start
     return spent
+
+
+def time_over_plain(chosen_s: float, plain_s: float, turns: int, gate: float) -> dict[str, object]:
+    """A gated pair's ``extra_info``: each side's seconds and their ratio, gated at ``gate``."""
+    return {
+        "role": "threadkeeper",
+        "turns": turns,
+        "chosen_s": round(chosen_s, 3),
+        "plain_s": round(plain_s, 3),
+        "time_over_plain": round(chosen_s / plain_s, 3),
+        "gate_max": {"time_over_plain": gate},
+    }
