@@ -164,19 +164,26 @@ async def test_erasure_finds_a_thread_through_checkpoint_metadata_alone(
 async def test_one_lock_session_holds_every_run_of_a_replica(url: str) -> None:
     """A replica holds its threads' locks on one session, not one connection per run in
     flight (which ran a busy replica out of connections): 60 runs hold their threads at once
-    and the server sees one lock session."""
+    and the server sees their 60 locks on one session (whatever other sessions hold)."""
     lock = AdvisoryThreadLock(url, FAIL_FAST)
     try:
         async with contextlib.AsyncExitStack() as stack:
             for index in range(60):
                 await stack.enter_async_context(lock.hold(f"acme:u:t{index}", f"run-{index}"))
             assert await lock.holder("acme:u:t59") == "run-59"
-            with psycopg.connect(url) as conn:
-                sessions = conn.execute(
-                    "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' AND "
-                    "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            # only these threads' locks: other suites on the shared server hold their own,
+            # as this other session does
+            unsigned = [advisory_key(f"acme:u:t{i}") % 2**64 for i in range(60)]
+            with psycopg.connect(url) as other, psycopg.connect(url) as conn:
+                other.execute("SELECT pg_advisory_lock(4242)")
+                held = conn.execute(
+                    "SELECT count(DISTINCT pid), count(*) FROM pg_locks WHERE locktype = "
+                    "'advisory' AND objsubid = 1 AND database = (SELECT oid FROM pg_database "
+                    "WHERE datname = current_database()) AND (classid, objid) IN "
+                    "(SELECT * FROM unnest(%s::oid[], %s::oid[]))",
+                    ([u >> 32 for u in unsigned], [u & 0xFFFFFFFF for u in unsigned]),
                 ).fetchone()
-            assert sessions == (1,)
+            assert held == (1, 60), "all 60 locks, on one session"
     finally:
         await lock.close()
 
