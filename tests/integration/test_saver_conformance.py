@@ -221,3 +221,37 @@ async def test_the_profiles_redis_client_speaks_redisjson_through_orjson() -> No
         finally:
             await ours.aclose()
             await plain.aclose()
+
+
+async def test_commands_past_the_pools_connections_wait_for_one_then_answer_at_capacity() -> None:
+    """More commands in flight than the client's connections wait for one (redis-py's default
+    pool raised ``MaxConnectionsError`` at once: runs failed at concurrency 40); a wait that
+    ends with every connection still in use is ``AtCapacity`` (503 ``at-capacity``), not a
+    Redis out of reach."""
+    import asyncio
+
+    from threadkeeper.adapters.redis_mysql.backend import redis_client
+    from threadkeeper.domain.errors import AtCapacity
+
+    with private_redis() as server:
+        waiting_client = redis_client(server.url, max_connections=2, wait_seconds=30)
+        brief = redis_client(server.url, max_connections=1, wait_seconds=0.2)
+        try:
+            pool = waiting_client.connection_pool
+            held = [await pool.get_connection() for _ in range(2)]  # every connection in use
+            waiting = asyncio.create_task(waiting_client.set("k", "v"))
+            await asyncio.sleep(0.2)
+            assert not waiting.done(), "the command waits for a connection"
+            await pool.release(held.pop())
+            assert await asyncio.wait_for(waiting, 30) is True
+            assert await waiting_client.get("k") == b"v"
+            await pool.release(held.pop())
+
+            only = await brief.connection_pool.get_connection()
+            with pytest.raises(AtCapacity, match="all 1 Redis connections"):
+                await brief.get("k")
+            await brief.connection_pool.release(only)
+            assert await brief.get("k") == b"v", "served again once a connection is free"
+        finally:
+            await waiting_client.aclose()
+            await brief.aclose()

@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncmy
 from langgraph.store.mysql.asyncmy import AsyncMyStore
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -56,6 +56,7 @@ from threadkeeper.adapters.timeouts import answer_within
 from threadkeeper.adapters.transcripts import ArchiveTranscript
 from threadkeeper.adapters.weigh import TableWeight, ThreadWeigher
 from threadkeeper.adapters.written import add, counting, value_bytes, watch_engine
+from threadkeeper.domain.errors import AtCapacity
 from threadkeeper.domain.locks import ClaimedLock, RunLock, ThreadLock
 from threadkeeper.domain.memory import user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
@@ -145,12 +146,42 @@ def count_redis_writes(client: Redis) -> None:
     pool.connection_class = Counting
 
 
-def redis_client(url: str) -> Redis:
+REDIS_MAX_CONNECTIONS = 100
+"""Redis connections per replica (redis-py's default bound, which it enforced by failing)."""
+
+
+class WaitingRedisPool(BlockingConnectionPool):
+    """A command waits up to ``timeout`` for one of ``max_connections`` (redis-py's default pool
+    raised ``MaxConnectionsError`` at once, failing runs at concurrency 40 in the benchmark);
+    a wait that ends with every connection still in use is this replica at capacity
+    (``AtCapacity``: 503 ``at-capacity`` with ``Retry-After``, as the SQL pools answer), not a
+    server out of reach."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except RedisConnectionError as exc:
+            if isinstance(exc.__cause__, TimeoutError):  # the wait, not the server
+                raise AtCapacity(
+                    f"all {self.max_connections} Redis connections of this replica are in use"
+                ) from exc
+            raise
+
+
+def redis_client(
+    url: str,
+    *,
+    max_connections: int = REDIS_MAX_CONNECTIONS,
+    wait_seconds: float = POOL_WAIT_SECONDS,
+) -> Redis:
     """A client that survives a Redis restart — a command on a connection the server closed is
     retried on a new one (twice, backing off) instead of failing the run — and fails fast when
-    Redis does not answer: a timeout is not retried."""
-    return OrjsonRedis.from_url(
+    Redis does not answer: a timeout is not retried. More commands in flight than
+    ``max_connections`` wait for a connection (``WaitingRedisPool``)."""
+    pool = WaitingRedisPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=wait_seconds,
         retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), retries=1),
         retry_on_error=[RedisConnectionError],
         socket_timeout=REDIS_TIMEOUT_SECONDS,
@@ -159,6 +190,7 @@ def redis_client(url: str) -> Redis:
         socket_keepalive_options=FAIL_FAST_TCP,
         health_check_interval=30,
     )
+    return OrjsonRedis.from_pool(pool)  # owns the pool: closed with the client
 
 
 def _engine(url: str) -> AsyncEngine:
