@@ -173,3 +173,34 @@ async def test_a_run_hands_sqlites_thread_a_few_calls(
         per_run = (hops - before) / 6
     # a round's claim and commit: BEGIN IMMEDIATE and COMMIT each; a memory write's commit
     assert per_run <= 6, per_run
+
+
+async def test_a_transaction_that_cannot_have_the_write_lock_fails_as_sqlalchemys_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's ``BEGIN IMMEDIATE`` goes to the DBAPI cursor, not through SQLAlchemy's
+    execution; while another process holds SQLite's write lock past the busy timeout, it fails
+    as a statement does (``sqlalchemy.exc.OperationalError``, which the service answers as
+    storage it cannot reach), not as the driver's own error."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    from threadkeeper.adapters.embedded import backend
+
+    monkeypatch.setattr(backend, "BUSY_TIMEOUT_MS", 50)
+    path = tmp_path / "locked.db"
+    engine = backend.sqlite_engine(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (k TEXT)"))
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(OperationalError, match="database is locked"):
+            async with engine.begin() as conn:
+                await conn.execute(text("INSERT INTO t VALUES ('a')"))
+        holder.execute("ROLLBACK")
+        async with engine.begin() as conn:  # the lock free again: the same engine works
+            await conn.execute(text("INSERT INTO t VALUES ('a')"))
+    finally:
+        holder.close()
+        await engine.dispose()

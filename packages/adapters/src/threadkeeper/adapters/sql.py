@@ -162,7 +162,7 @@ with the thread's records and the user's."""
 REVOKED = "revoked"
 
 # The statements of every run, built once (SQLAlchemy finds their compiled form by a cache key
-# it computes once; one made per call cost ~0.1 ms of CPU each time: issue 12)
+# it computes once; one made per call cost ~0.15 ms of CPU each time: issue 12)
 _CLAIM_TOKEN = select(run_claims.c.token).where(run_claims.c.thread_key == bindparam("thread_key"))
 _CLAIM_TOKEN_FOR_UPDATE = _CLAIM_TOKEN.with_for_update()
 _STORED_TEXTS = select(run_texts.c.digest, run_texts.c.depth).where(
@@ -540,8 +540,8 @@ def upsert(
 @functools.cache
 def _upsert(dialect: str, table: Table, key: tuple[str, ...], columns: tuple[str, ...]) -> Any:
     """Built once and reused: SQLAlchemy then finds its compiled form by a cache key computed
-    once, where a statement made per call (its values as literals) cost ~0.1 ms of CPU each
-    time (``benchmarks``: issue 12)."""
+    once, where a statement made per call (its values as literals) cost ~0.15 ms of CPU each
+    time (``benchmarks/sql_statement_cost.py``: issue 12)."""
     binds = {c: bindparam(c, type_=table.c[c].type) for c in (*key, *columns)}
     if dialect in ("mysql", "mariadb"):
         on_mysql = mysql.insert(table).values(binds)
