@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
+import math
 import operator
+import re
 import time
 from collections.abc import Sequence
 from functools import reduce
@@ -32,6 +35,7 @@ from threadkeeper.app.builtin_model import (
     FETCH_FAQ_DOCUMENT,
     BuiltinChatModel,
     DocumentChunk,
+    estimate_input_tokens,
     parse_documents,
     stream_tokens,
 )
@@ -42,6 +46,7 @@ from threadkeeper.domain.escalation import (
     Language,
     detect_language,
 )
+from threadkeeper.domain.text import CJK_CLASS
 
 LANGUAGES: tuple[Language, ...] = ("fa", "zh", "en")
 
@@ -702,3 +707,41 @@ async def test_a_title_line_is_not_the_answer_when_body_text_matches() -> None:
     reply = await ask([system, HumanMessage("dental cover?")])
 
     assert reply.content == "Dental cover pays for fillings."
+
+
+def _estimate_over_the_joined_text(messages: Sequence[BaseMessage]) -> int:
+    """The estimate as it was written first: one pass over all the text, joined."""
+    parts: list[str] = []
+    for message in messages:
+        parts.append(str(message.text))
+        if isinstance(message, AIMessage):
+            parts.extend(
+                json.dumps(c["args"], ensure_ascii=False, sort_keys=True)
+                for c in message.tool_calls
+            )
+    text = "".join(parts)
+    cjk = len(re.findall(f"[{CJK_CLASS}]", text))
+    return cjk + math.ceil((len(text) - cjk) / 4)
+
+
+def test_the_input_estimate_adds_per_message_what_one_pass_over_the_joined_text_counts() -> None:
+    """Counted per message and remembered per message object (a late turn's window is the
+    history's same objects run after run), the estimate is the one-pass figure; a message
+    given other content is counted again."""
+    call = {"name": FETCH_FAQ_DOCUMENT, "args": {"doc_id": "牙科"}, "id": "c1", "type": "tool_call"}
+    messages: list[BaseMessage] = [
+        SystemMessage("You answer from the FAQ."),
+        HumanMessage("Is dental covered? 牙科保险包括什么？"),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("牙科保险每年最多报销500欧元。", tool_call_id="c1"),
+        AIMessage("Yes: up to 500 euros a year. 是的。"),
+        HumanMessage("بیمه دندانپزشکی چقدر است؟ abc"),
+    ]
+    expected = _estimate_over_the_joined_text(messages)
+    assert estimate_input_tokens(messages) == estimate_input_tokens(messages) == expected
+    for prefix in range(len(messages) + 1):  # every tail of a thread: the sum is exact
+        assert estimate_input_tokens(messages[:prefix]) == _estimate_over_the_joined_text(
+            messages[:prefix]
+        )
+    messages[4].content = "是的" * 40  # an assigned field: counted afresh, not remembered
+    assert estimate_input_tokens(messages) == _estimate_over_the_joined_text(messages) > expected

@@ -18,6 +18,7 @@ from threadkeeper.domain.tokens import (
     MESSAGE_FRAMING,
     TOOL_CALL_FRAMING,
     CharacterCounter,
+    IdentityMemo,
     TiktokenCounter,
     VocabularyError,
     derive_id,
@@ -206,6 +207,50 @@ def test_messages_without_an_id_are_never_cached() -> None:
     counter = CharacterCounter()
     assert counter.count(HumanMessage("ab")) == MESSAGE_FRAMING + 2
     assert counter.count(HumanMessage("abcd")) == MESSAGE_FRAMING + 4
+
+
+class _Tally(CharacterCounter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def count_text(self, text: str) -> int:
+        self.texts.append(text)
+        return super().count_text(text)
+
+
+def test_the_same_message_object_is_counted_once_until_its_content_or_calls_change() -> None:
+    """A late turn's windows pass over the whole history on every model call: the history's
+    messages are the same objects run after run, so each is counted once (``IdentityMemo``),
+    and counted again once its content or tool calls are other objects."""
+    counter = _Tally()
+    human = HumanMessage("short")  # no id: only the object itself can be remembered
+    assert counter.count(human) == counter.count(human) == MESSAGE_FRAMING + 5
+    assert counter.texts == ["short"]
+    human.content = "a much longer text"
+    assert counter.count(human) == MESSAGE_FRAMING + 18
+    answer = AIMessage("", id="a1")
+    plain = counter.count(answer)
+    answer.tool_calls = [{"name": "faq", "args": {"doc_id": "d1"}, "id": "c1", "type": "tool_call"}]
+    assert counter.count(answer) == plain + TOOL_CALL_FRAMING + len('faq{"doc_id": "d1"}')
+    answer.invalid_tool_calls = [
+        {"name": "faq", "args": "{", "id": "c2", "error": "bad", "type": "invalid_tool_call"}
+    ]
+    assert counter.count(answer) == plain + 2 * TOOL_CALL_FRAMING + len('faq{"doc_id": "d1"}faq{')
+    # each change counted once: the text, then the text and every call again
+    calls = 'faq{"doc_id": "d1"}'
+    assert counter.texts == ["short", "a much longer text", "", "", calls, "", calls, "faq{"]
+
+
+def test_the_identity_memo_is_bounded_and_holds_what_it_remembers() -> None:
+    memo: IdentityMemo[int] = IdentityMemo(limit=2)
+    messages = [HumanMessage(f"m{i}") for i in range(3)]
+    for i, message in enumerate(messages):
+        assert memo.put(message, i) == i
+    assert len(memo) == 1  # emptied when full, then the newest kept
+    assert memo.get(messages[2]) == 2
+    assert memo.get(messages[0]) is None
+    assert memo.get(HumanMessage("m2")) is None  # an equal message is another object
 
 
 def test_derive_id_is_deterministic_and_new() -> None:

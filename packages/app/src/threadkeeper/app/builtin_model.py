@@ -83,6 +83,7 @@ from threadkeeper.domain.text import (
     fold,
     is_cjk,
 )
+from threadkeeper.domain.tokens import IdentityMemo
 
 __all__ = [
     "ANSWER_MAX_CHARS",
@@ -605,20 +606,36 @@ def stream_tokens(text: str, language: Language) -> list[str]:
     return tokens
 
 
+_ESTIMATED: Final[IdentityMemo[tuple[int, int]]] = IdentityMemo()
+"""A message object → (CJK characters, all characters) of what :func:`estimate_input_tokens`
+reads from it: the window is the history's same objects run after run (issue 12: a pass over
+every character of the window per model call was the builtin model's share of a late turn)."""
+
+
+def _estimate_parts(message: BaseMessage) -> tuple[int, int]:
+    known = _ESTIMATED.get(message)
+    if known is not None:
+        return known
+    parts = [_text(message)]
+    if isinstance(message, AIMessage):
+        parts.extend(
+            json.dumps(c["args"], ensure_ascii=False, sort_keys=True) for c in message.tool_calls
+        )
+    text = "".join(parts)
+    return _ESTIMATED.put(message, (len(_CJK_CHAR.findall(text)), len(text)))
+
+
 def estimate_input_tokens(messages: Sequence[BaseMessage]) -> int:
     """A rough input token count: every CJK character is one token, every other four
-    characters are one (over message text plus tool-call arguments as JSON)."""
-    parts: list[str] = []
+    characters are one (over message text plus tool-call arguments as JSON). The counts are
+    added per message (the same as over the joined text: a CJK character is one character),
+    each message's remembered while it is the same object with the same content."""
+    cjk = chars = 0
     for message in messages:
-        parts.append(_text(message))
-        if isinstance(message, AIMessage):
-            parts.extend(
-                json.dumps(c["args"], ensure_ascii=False, sort_keys=True)
-                for c in message.tool_calls
-            )
-    text = "".join(parts)
-    cjk = len(_CJK_CHAR.findall(text))
-    return cjk + math.ceil((len(text) - cjk) / 4)
+        message_cjk, message_chars = _estimate_parts(message)
+        cjk += message_cjk
+        chars += message_chars
+    return cjk + math.ceil((chars - cjk) / 4)
 
 
 def _usage(input_tokens: int, output_tokens: int) -> UsageMetadata:

@@ -194,19 +194,35 @@ class TurnWindowPolicy:
             )
 
         # The whole newest turn fits; take older turns whole, newest first, while they fit.
-        turns: list[BaseMessage] = []
+        # One pass back over the history: a late turn's window is most of it (issue 12).
+        turns: list[Sequence[BaseMessage]] = []
         start = end = newest
-        while (begin := _last_human_index(history, end - 1)) is not None:
-            turn, turn_omitted = _whole_turn(history, begin, end)
-            cost = sum(count(m) for m in turn)
+        cost, steps_in_turn = 0, False
+        for begin in range(newest - 1, -1, -1):
+            message = history[begin]
+            if not isinstance(message, HumanMessage):
+                cost += count(message)
+                steps_in_turn = (
+                    steps_in_turn
+                    or isinstance(message, ToolMessage)
+                    or bool(isinstance(message, AIMessage) and message.tool_calls)
+                )
+                continue
+            if steps_in_turn:
+                turn, turn_omitted = _whole_turn(history, begin, end)
+                cost = sum(count(m) for m in turn)
+            else:
+                turn, turn_omitted = history[begin:end], 0
+                cost += count(message)
             if used + cost > budget:
                 break
             used += cost
-            turns[:0] = turn
+            turns.append(turn)
             omitted += turn_omitted
             start = end = begin
+            cost, steps_in_turn = 0, False
         return Window(
-            (*turns, human, *tail),
+            (*(m for turn in reversed(turns) for m in turn), human, *tail),
             summary=summary,
             tokens=used,
             budget=budget,

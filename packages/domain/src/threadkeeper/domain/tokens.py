@@ -21,9 +21,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage
+
+V = TypeVar("V")
 
 #: Tokens every message costs beyond its text (role and separators in the chat format).
 MESSAGE_FRAMING = 3
@@ -33,6 +35,8 @@ TOOL_CALL_FRAMING = 3
 REPLY_PRIMING = 3
 
 _CACHE_LIMIT = 200_000
+_IDENTITY_LIMIT = 65_536
+"""Messages an :class:`IdentityMemo` holds before it is emptied."""
 _SYSTEM_CACHE_LIMIT = 256
 """System texts kept (a prompt is a few KiB; a full cache is cleared, as the message cache)."""
 
@@ -61,6 +65,54 @@ def tool_call_text(name: str, args: Mapping[str, Any]) -> str:
     return name + json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
 
 
+class IdentityMemo(Generic[V]):
+    """A value computed from a message, remembered by the message object itself.
+
+    A turn late in a thread passes over every message of its history several times per run
+    (the summary's window, trim's window, the builtin model's estimate; issue 12), and the
+    history's messages are the very objects of the run before (the checkpoint serializer's
+    memo hands them out again). A value is handed back only for the same object whose content,
+    tool calls and invalid tool calls are still the very objects it was computed from, so a
+    message given new content (``model_copy``, an assignment) is computed afresh. Messages are
+    held, so an id is not reused while its entry lives; the memo is emptied when full.
+    """
+
+    __slots__ = ("_known", "_limit")
+
+    def __init__(self, limit: int = _IDENTITY_LIMIT) -> None:
+        self._known: dict[int, tuple[BaseMessage, object, object, object, V]] = {}
+        self._limit = limit
+
+    def get(self, message: BaseMessage) -> V | None:
+        known = self._known.get(id(message))
+        if known is None or known[0] is not message:
+            return None
+        fields = message.__dict__  # pydantic's fields; a getattr of a missing one raises inside
+        if (
+            known[1] is fields.get("content")
+            and known[2] is fields.get("tool_calls")
+            and known[3] is fields.get("invalid_tool_calls")
+        ):
+            return known[4]
+        return None
+
+    def put(self, message: BaseMessage, value: V) -> V:
+        if len(self._known) >= self._limit:
+            self._known.clear()
+        fields = message.__dict__
+        self._known[id(message)] = (
+            message,
+            fields.get("content"),
+            fields.get("tool_calls"),
+            fields.get("invalid_tool_calls"),
+            value,
+        )
+        return value
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
 class TokenCounter(ABC):
     """Counts what a message costs the model, cached by message id and content."""
 
@@ -72,6 +124,8 @@ class TokenCounter(ABC):
         """(id, hash of the text, fingerprint of the tool calls) → tokens."""
         self._system_cache: dict[str, int] = {}
         """System prompt or summary text → tokens (keyed by the text itself: exact)."""
+        self._objects: IdentityMemo[int] = IdentityMemo()
+        """The same message object with the same content → tokens (no pass over the text)."""
         self._lock = threading.Lock()
 
     @abstractmethod
@@ -83,8 +137,12 @@ class TokenCounter(ABC):
 
         Cached by ``message.id`` with the hash of its text and the text of its tool calls: the
         same id with other content is counted again. ``str`` caches its hash, so a hit costs
-        no pass over a text the process has hashed before.
+        no pass over a text the process has hashed before. The same message object, its content
+        and tool calls unchanged, is answered without even that (:class:`IdentityMemo`).
         """
+        known = self._objects.get(message)
+        if known is not None:
+            return known
         content = message.content
         text = content if isinstance(content, str) else message_text(message)
         calls: tuple[str, ...] = ()
@@ -97,7 +155,7 @@ class TokenCounter(ABC):
         if key is not None:
             cached = self._cache.get(key)
             if cached is not None:
-                return cached
+                return self._objects.put(message, cached)
         tokens = MESSAGE_FRAMING + self.count_text(text)
         if calls:
             assert isinstance(message, AIMessage)
@@ -113,7 +171,7 @@ class TokenCounter(ABC):
                 if len(self._cache) >= _CACHE_LIMIT:
                     self._cache.clear()
                 self._cache[key] = tokens
-        return tokens
+        return self._objects.put(message, tokens)
 
     def count_system(self, text: str) -> int:
         """Tokens of a system prompt or summary sent as one system message.
