@@ -3,8 +3,10 @@
 Order of work in a run: load memory and retrieve (``before_agent``) → the system message is
 assembled from the prompt, the memory and the retrieved chunks (``wrap_model_call``,
 outermost, so the history hooks count all of it) → the history hooks (``THREADKEEPER_HOOKS``)
-→ model and tools → the final answer is stamped with its status, citations and time
-(``after_model``). Memory is written by the run service after the round is committed, so it
+→ model and tools → the final answer is stamped with its status, citations and time as the
+model call returns (``wrap_model_call``, so the model node writes the stamped answer: no
+``after_model`` step that would write it a second time, a whole superstep and a merge into the
+thread's messages per run). Memory is written by the run service after the round is committed, so it
 never learns from a round that was not stored.
 
 Retrieved chunk text and the loaded memory are per-run state that is never checkpointed
@@ -241,13 +243,22 @@ class ThreadContextMiddleware(AgentMiddleware[AgentState]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        return await handler(self._request(request))
+        response = await handler(self._request(request))
+        return self._stamped(request, response)
 
-    async def aafter_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        last = state["messages"][-1]
+    @staticmethod
+    def _stamped(request: ModelRequest[Any], response: ModelResponse[Any]) -> ModelResponse[Any]:
+        """The response with its final answer (an AI message without tool calls, last)
+        stamped: status, citations, time, and the hand-off text when the rule replaces it."""
+        if not response.result:
+            return response
+        last = response.result[-1]
         if not isinstance(last, AIMessage) or last.tool_calls:
-            return None
-        stamp = stamp_for(last, state.get("retrieved") or [], state["messages"])
+            return response
+        state = cast("dict[str, Any]", request.state)
+        # the conversation before the answer: the rule reads the newest human message and
+        # the final replies before it, never the answer itself (``stamp_for``)
+        stamp = stamp_for(last, state.get("retrieved") or [], request.messages)
         metadata = {
             **last.response_metadata,
             "threadkeeper": {
@@ -259,7 +270,11 @@ class ThreadContextMiddleware(AgentMiddleware[AgentState]):
         update: dict[str, Any] = {"response_metadata": metadata}
         if stamp.text is not None:
             update["content"] = stamp.text
-        return {"messages": [last.model_copy(update=update)]}
+        stamped = last.model_copy(update=update)
+        return ModelResponse(
+            result=[*response.result[:-1], stamped],
+            structured_response=response.structured_response,
+        )
 
     async def awrap_tool_call(
         self,

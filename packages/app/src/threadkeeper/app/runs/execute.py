@@ -84,11 +84,11 @@ at most once per this many seconds. Weighing reads every row of the thread (on e
 checkpoint it ever had: 1.5 ms of CPU at 20 turns), so weighing after every round made a turn
 cost more the longer its thread (turn 50 ÷ turn 5 up to 1.5 in latency); sampled in time its
 cost per run is nil under load, and a quiet service still reports a sample per round."""
-RECURSION_LIMIT = 4 * MAX_MODEL_CALLS + 1
+RECURSION_LIMIT = 3 * MAX_MODEL_CALLS + 1
 """The graph steps of ``MAX_MODEL_CALLS`` model calls on the longest pipeline: per call the
-history hook before the model (``compact``), the model, the answer's stamp after it and the
-tools; one step before the agent. A pipeline without a hook node before the model gets up to
-a third more calls."""
+history hook before the model (``compact``), the model (which writes the answer stamped) and
+the tools; one step before the agent. A pipeline without a hook node before the model gets up
+to half as many calls again."""
 
 
 def run_config(ref: ThreadRef, caller: Caller) -> dict[str, Any]:
