@@ -73,8 +73,10 @@ class IdentityMemo(Generic[V]):
     history's messages are the very objects of the run before (the checkpoint serializer's
     memo hands them out again). A value is handed back only for the same object whose content,
     tool calls and invalid tool calls are still the very objects it was computed from, so a
-    message given new content (``model_copy``, an assignment) is computed afresh. Messages are
-    held, so an id is not reused while its entry lives; the memo is emptied when full.
+    message given new content (``model_copy``, an assignment) is computed afresh. A list of
+    content blocks changed in place is not noticed: messages are values here, as the checkpoint
+    serializer's memo already assumes. Messages are held, so an id is not reused while its
+    entry lives; the memo is emptied when full.
     """
 
     __slots__ = ("_known", "_limit")
