@@ -158,20 +158,20 @@ def test_content_blocks_are_counted_and_non_text_blocks_are_never_free() -> None
 # --- the cache: by message id ----------------------------------------------------------------
 
 
+class _Tally(CharacterCounter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def count_text(self, text: str) -> int:
+        self.texts.append(text)
+        return super().count_text(text)
+
+
 def test_counts_are_cached_by_id_and_content_so_a_reused_id_cannot_borrow_a_count() -> None:
     """Ids come from callers: the same id with longer content must be counted again, or a
     long message could slip past the budget (and the 413 check) on a short one's count."""
-
-    class Tally(CharacterCounter):
-        def __init__(self) -> None:
-            super().__init__()
-            self.texts: list[str] = []
-
-        def count_text(self, text: str) -> int:
-            self.texts.append(text)
-            return super().count_text(text)
-
-    counter = Tally()
+    counter = _Tally()
     assert counter.count(HumanMessage("short", id="m1")) == MESSAGE_FRAMING + 5
     assert counter.count(HumanMessage("short", id="m1")) == MESSAGE_FRAMING + 5
     assert counter.texts == ["short"]  # the second count came from the cache
@@ -207,16 +207,6 @@ def test_messages_without_an_id_are_never_cached() -> None:
     counter = CharacterCounter()
     assert counter.count(HumanMessage("ab")) == MESSAGE_FRAMING + 2
     assert counter.count(HumanMessage("abcd")) == MESSAGE_FRAMING + 4
-
-
-class _Tally(CharacterCounter):
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts: list[str] = []
-
-    def count_text(self, text: str) -> int:
-        self.texts.append(text)
-        return super().count_text(text)
 
 
 def test_the_same_message_object_is_counted_once_until_its_content_or_calls_change() -> None:
