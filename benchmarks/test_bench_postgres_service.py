@@ -51,7 +51,7 @@ from litestar.testing import AsyncTestClient
 from benchmarks.conftest import BenchSize, chat_text
 from tests.api.conftest import TENANT, USER, Servers, headers_for, settings_for
 from tests.support.postgres import fresh_schema
-from threadkeeper.adapters.postgres import codec
+from threadkeeper.adapters import ledger_codec as codec
 from threadkeeper.adapters.postgres.backend import open_postgres
 from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
 from threadkeeper.adapters.sql import unpack_record

@@ -30,7 +30,7 @@ Arms (group ``postgres storage, N turns``):
 * ``tk_delta_sparse_memo`` — as ``tk_delta_sparse`` with a serializer that deserializes each
   distinct stored write once per process (``MemoSerde``): the thread's unchanged write rows
   are re-read every turn, their message objects need not be rebuilt.
-* ``tk_ledger`` — ``AtomicSaver`` over ``MessageLedger`` (``threadkeeper.adapters.postgres
+* ``tk_ledger`` — ``AtomicSaver`` over ``PostgresLedger`` (``threadkeeper.adapters.postgres
   .ledger``) + exit, ``add_messages``: each message is one row of ``tk_checkpoint_messages``
   written once, the checkpoint's message list is a list of refs; every checkpoint is kept.
 * ``tk_ledger_cold`` — as ``tk_ledger`` with the ledger's cache dropped before every turn:
@@ -116,7 +116,7 @@ from tests.support.scripted_model import ScriptedChatModel
 from threadkeeper.adapters.atomic import AtomicSaver
 from threadkeeper.adapters.postgres.ledger import DDL as LEDGER_DDL
 from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER_TABLE
-from threadkeeper.adapters.postgres.ledger import MessageLedger
+from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.weigh import ROW_OVERHEAD, logical_bytes
 
 DSN = os.environ.get("THREADKEEPER_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -273,7 +273,7 @@ def _atomic(
     def build(base: AsyncPostgresSaver, turns: list[Turn]) -> tuple[Any, Any, RunTurn]:
         if memo:
             base = AsyncPostgresSaver(base.conn, serde=MemoSerde())
-        real: Any = MessageLedger(base, base.conn) if ledger else base  # type: ignore[arg-type]
+        real: Any = PostgresLedger(base, base.conn) if ledger else base  # type: ignore[arg-type]
         atomic = saver(real)
         agent = create_agent(_model(turns), checkpointer=atomic, state_schema=schema)
 

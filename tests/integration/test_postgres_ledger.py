@@ -1,4 +1,4 @@
-"""``MessageLedger`` on the real server: each message stored once, checkpoints hold refs, the
+"""``PostgresLedger`` on the real server: each message stored once, checkpoints hold refs, the
 graph still sees the whole ``add_messages`` list — from the cache, from another replica's
 cold cache, after a replaced message, a legacy checkpoint, a failed write and deletion."""
 
@@ -21,14 +21,15 @@ from psycopg_pool import AsyncConnectionPool
 
 from tests.support.postgres import fresh_schema
 from tests.support.scripted_model import ScriptedChatModel
+from threadkeeper.adapters import ledger_codec as codec
 from threadkeeper.adapters import migrations
 from threadkeeper.adapters.atomic import AtomicSaver
-from threadkeeper.adapters.postgres import _pool, codec, sqlalchemy_url
+from threadkeeper.adapters.postgres import _pool, sqlalchemy_url
 from threadkeeper.adapters.postgres.ledger import (
     REFS,
     TABLE,
     LedgerCorrupt,
-    MessageLedger,
+    PostgresLedger,
     refs_of,
 )
 
@@ -53,7 +54,7 @@ class Replica:
     """One service process: its own ledger (and cache) over the shared database."""
 
     def __init__(self, pool: AsyncConnectionPool[Any], answers: list[str]) -> None:
-        self.ledger = MessageLedger(AsyncPostgresSaver(pool), pool)
+        self.ledger = PostgresLedger(AsyncPostgresSaver(pool), pool)
         self.atomic = AtomicSaver(self.ledger)
         self.model = ScriptedChatModel(script=[AIMessage(a) for a in answers])
         self.agent = create_agent(self.model, checkpointer=self.atomic)
@@ -227,7 +228,7 @@ async def test_a_ref_to_a_missing_row_is_an_error_not_a_shorter_history(
 async def test_a_channel_that_is_not_a_message_list_is_stored_as_it_is(
     pool: AsyncConnectionPool[Any], url: str
 ) -> None:
-    ledger = MessageLedger(AsyncPostgresSaver(pool), pool)
+    ledger = PostgresLedger(AsyncPostgresSaver(pool), pool)
     config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     checkpoint: Any = {
         "v": 1,
@@ -276,7 +277,7 @@ async def test_a_small_cache_still_gives_the_whole_history_and_stores_nothing_tw
     """The cache bounds memory; a message evicted from it is stored again on the next write
     and its old row collected by the prune, so the thread keeps one row per message."""
     replica = Replica(pool, [f"answer {i}" for i in range(4)])
-    replica.ledger = MessageLedger(AsyncPostgresSaver(pool), pool, cache_messages=3)
+    replica.ledger = PostgresLedger(AsyncPostgresSaver(pool), pool, cache_messages=3)
     replica.atomic = AtomicSaver(replica.ledger)
     replica.agent = create_agent(replica.model, checkpointer=replica.atomic)
     for i in range(4):
@@ -294,7 +295,7 @@ async def test_the_hot_lists_stay_within_the_message_cache_bound(
     pool: AsyncConnectionPool[Any], url: str
 ) -> None:
     replica = Replica(pool, [f"a{i}" for i in range(6)])
-    replica.ledger = MessageLedger(AsyncPostgresSaver(pool), pool, cache_messages=5)
+    replica.ledger = PostgresLedger(AsyncPostgresSaver(pool), pool, cache_messages=5)
     replica.atomic = AtomicSaver(replica.ledger)
     replica.agent = create_agent(replica.model, checkpointer=replica.atomic)
     for thread in ("t1", "t2", "t3"):

@@ -1,5 +1,5 @@
 """The postgres profile keeps one checkpoint per thread (pruned after each committed run),
-whose state still holds the whole history, each message stored once (``MessageLedger``):
+whose state still holds the whole history, each message stored once (``PostgresLedger``):
 storage grows with the transcript, not with its square (docs/storage-postgres.md)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from litestar.testing import AsyncTestClient
 
 from tests.api.conftest import Servers, headers_for, run, settings_for
 from tests.support.postgres import fresh_schema
-from threadkeeper.adapters.postgres import codec
+from threadkeeper.adapters import ledger_codec as codec
 from threadkeeper.adapters.postgres.ledger import TABLE
 from threadkeeper.adapters.serde import checkpoint_serializer
 from threadkeeper.app.application import create_app
@@ -66,7 +66,7 @@ async def test_one_checkpoint_per_thread_and_the_whole_history(url: str, tmp_pat
 async def test_the_service_writes_compact_ledger_rows_that_read_back_exactly(
     url: str, tmp_path: Path
 ) -> None:
-    """Every message the service stores is a compact row (``postgres.codec``), smaller than the
+    """Every message the service stores is a compact row (``ledger_codec``), smaller than the
     serializer's form by its field names and defaults, and reads back as the very message the
     serializer's form would (class, fields, ids, metadata, usage, the fields given)."""
     app = create_app(settings_for("postgres", tmp_path, Servers(postgres_url=url)))

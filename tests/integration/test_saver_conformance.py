@@ -1,5 +1,5 @@
 """LangGraph's checkpoint conformance suite against the saver as threadkeeper configures it:
-``AtomicSaver`` over ``MessageLedger(AsyncPostgresSaver)`` (one shared pool), over
+``AtomicSaver`` over ``PostgresLedger(AsyncPostgresSaver)`` (one shared pool), over
 ``AsyncSqliteSaver``, and over the redis-mysql profile's ``HealingRedisSaver`` (TTL refreshed
 on read, on a private Redis Stack).
 Outside a run's staging the wrapper must behave exactly like the saver it wraps."""
@@ -21,7 +21,7 @@ from tests.support.postgres import fresh_schema
 from tests.support.redis_stack import private_redis
 from threadkeeper.adapters.atomic import AtomicSaver
 from threadkeeper.adapters.postgres import _pool
-from threadkeeper.adapters.postgres.ledger import MessageLedger
+from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.redis_mysql import HealingRedisSaver
 
 pytestmark = pytest.mark.integration
@@ -34,12 +34,12 @@ def url() -> Iterator[str]:
 
 
 async def test_atomic_saver_over_postgres_conforms(url: str) -> None:
-    @checkpointer_test(name="AtomicSaver(MessageLedger(AsyncPostgresSaver))")
+    @checkpointer_test(name="AtomicSaver(PostgresLedger(AsyncPostgresSaver))")
     async def saver() -> AsyncGenerator[BaseCheckpointSaver, None]:
         pool = _pool(url)
         await pool.open(wait=True)
         try:
-            yield AtomicSaver(MessageLedger(AsyncPostgresSaver(pool), pool))
+            yield AtomicSaver(PostgresLedger(AsyncPostgresSaver(pool), pool))
         finally:
             await pool.close()
 

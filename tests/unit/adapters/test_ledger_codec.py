@@ -1,4 +1,4 @@
-"""``adapters.postgres.codec``: a ledger row's message in its compact form reads back as the
+"""``adapters.ledger_codec``: a ledger row's message in its compact form reads back as the
 very message ``JsonPlusSerializer``'s form reads back as — same class, fields, ids, content,
 tool calls, metadata, usage, even the set of fields given — and is much smaller; what the
 compact form cannot hold exactly is written in the serializer's form; rows of that form read
@@ -21,7 +21,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from threadkeeper.adapters.postgres import codec
+from threadkeeper.adapters import ledger_codec as codec
 from threadkeeper.adapters.serde import checkpoint_serializer
 
 SERDE = checkpoint_serializer()

@@ -8,7 +8,7 @@
 - One run per thread across replicas: ``AdvisoryThreadLock`` (advisory locks on one session
   per replica, each taken with the thread's claim); a round is one transaction
   (``PostgresRoundStore``) that checks the claim.
-- Each message stored once (``MessageLedger``, ``ledger.py``): checkpoints hold refs to message
+- Each message stored once (``PostgresLedger``, ``ledger.py``): checkpoints hold refs to message
   rows, and ``after_commit`` prunes the thread to its newest checkpoint.
 - threadkeeper's own tables (run records, feedback) go through SQLAlchemy (psycopg driver).
 """
@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
 from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER_TABLE
-from threadkeeper.adapters.postgres.ledger import MessageLedger
+from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.postgres.lock import SERVER_KEEPALIVES, AdvisoryThreadLock
 from threadkeeper.adapters.postgres.ratelimit import PostgresRateWindows
 from threadkeeper.adapters.postgres.retention import PostgresRetention
@@ -208,8 +208,8 @@ async def migrate_postgres(url: str) -> list[str]:
 @dataclass
 class PostgresBackend(RoundsOf):
     pool: AsyncConnectionPool[Any]
-    saver: MessageLedger
-    """``AsyncPostgresSaver`` under ``MessageLedger``: what the app wraps in ``AtomicSaver``."""
+    saver: PostgresLedger
+    """``AsyncPostgresSaver`` under ``PostgresLedger``: what the app wraps in ``AtomicSaver``."""
     store: AsyncPostgresStore
     engine: AsyncEngine
     runs: SqlRunRecords
@@ -244,7 +244,7 @@ class PostgresBackend(RoundsOf):
         """Keep only the thread's newest checkpoint (its state holds the whole history).
 
         Each run commits one checkpoint whose message list is a list of refs to message rows
-        (``MessageLedger``); without pruning a thread would keep one such list per run. With it
+        (``PostgresLedger``); without pruning a thread would keep one such list per run. With it
         a thread is one checkpoint plus one row per message (docs/storage-postgres.md). Runs
         under the thread's lock: the prune's REPEATABLE READ transaction must not race another
         run on the thread.
@@ -281,7 +281,7 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
                 "the PostgreSQL schema is not ready (" + "; ".join(problems) + "): run "
                 "`threadkeeper migrate` with THREADKEEPER_PROFILE=postgres first"
             )
-        saver = MessageLedger(AsyncPostgresSaver(pool, serde=checkpoint_serializer()), pool)
+        saver = PostgresLedger(AsyncPostgresSaver(pool, serde=checkpoint_serializer()), pool)
         store = AsyncPostgresStore(pool)
         runs = SqlRunRecords(engine)
         fences = SqlRunFences(engine, None)

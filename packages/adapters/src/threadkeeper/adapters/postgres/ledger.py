@@ -1,66 +1,42 @@
-"""Each message of a thread stored once: the checkpoint's message list becomes a list of refs.
+"""The postgres profile's message ledger (``adapters.ledger``): its rows in
+``tk_checkpoint_messages`` (Alembic 0003), over ``AsyncPostgresSaver``.
 
-With ``add_messages`` every checkpoint carries the thread's whole message list, so a turn
-deserializes and re-serializes all of it and writes it again as one blob: per-turn time and
-write volume grow with the thread (docs/storage-postgres.md). ``MessageLedger`` wraps the
-Postgres saver and changes only how that one channel is stored:
-
-- ``aput``: each message of the list that is not already stored with the same content goes to
-  ``tk_checkpoint_messages`` (one row per message version, ``seq`` from a sequence, the
-  message in the compact form of ``postgres.codec``: its non-default fields); the
-  checkpoint's blob for the channel holds ``{"tk_message_refs": [seq, …]}`` instead of the
-  messages. A turn writes its own new messages and a list of integers.
-- ``aget_tuple`` / ``alist``: refs are resolved back into the message list — from an
-  in-process cache of message objects by ``seq`` (a ``seq`` names one immutable row for ever,
-  so a cached object can never be stale, whichever replica wrote the thread meanwhile), and
-  from one ``seq = ANY(…)`` query for what the cache lacks (another replica's writes, a
-  restart). The cache is an LRU of ``cache_messages`` message objects (20,000 by default: the
-  messages of 50 threads of 200 turns; a ~900-byte message object takes ~3 KB, so ~60 MB),
-  plus, for the ``hot_threads`` (64) most recently used threads — at most ``cache_messages``
-  messages in all — the last list read or written: a turn that starts from it resolves and
-  stores that prefix by identity, so the time per turn does not grow with the thread.
-- ``aprune(keep_latest)`` prunes the checkpoints, then deletes message rows the newest
-  checkpoint no longer refers to — only for threads where this process replaced or dropped a
-  message, or failed to store a checkpoint after storing its messages (append-only threads have
-  nothing to collect). ``adelete_thread`` deletes the thread's rows.
-
-The graph still sees ``add_messages`` state with the whole list: ``GET /messages``, replay and
-trimming at the model call are unchanged. A checkpoint written before the ledger (a list in the
-blob) is read as it is and converted by the next ``aput``.
-
-Messages are never mutated in place (LangGraph's reducers and threadkeeper's hooks replace a
-message, keeping or changing its id), so the cache can hand the same objects to every read.
+A round stores its checkpoint through ``PostgresLedger.aput_in`` on the round's own
+connection (``postgres.rounds``): the new message rows, then the checkpoint with refs, in one
+transaction.
 """
 
 from __future__ import annotations
 
-import logging
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-)
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from threadkeeper.adapters.postgres.codec import decode as decode_row
-from threadkeeper.adapters.postgres.codec import encode as encode_row
+from threadkeeper.adapters.ledger import (
+    CHANNEL,
+    REFS,
+    TABLE,
+    LedgerCorrupt,
+    LedgerRows,
+    MessageLedger,
+    refs_of,
+)
 
-log = logging.getLogger(__name__)
-
-TABLE = "tk_checkpoint_messages"
-REFS = "tk_message_refs"
-CHANNEL = "messages"
+__all__ = [
+    "CHANNEL",
+    "DDL",
+    "REFS",
+    "TABLE",
+    "LedgerCorrupt",
+    "PostgresLedger",
+    "PostgresRows",
+    "refs_of",
+]
 
 DDL = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} ("
@@ -73,30 +49,61 @@ DDL = (
 """The table as Alembic revision 0003 creates it (used where a test or benchmark makes a
 schema without Alembic)."""
 
-
-class LedgerCorrupt(RuntimeError):
-    """A checkpoint refers to message rows that are not there."""
-
-
-def refs_of(value: Any) -> list[int] | None:
-    """The seqs of a stored refs value; None when the value is not one."""
-    if isinstance(value, dict) and REFS in value:
-        return [int(s) for s in value[REFS]]
-    return None
+_INSERT = (
+    f"INSERT INTO {TABLE} (thread_id, type, body) "  # TABLE: a constant
+    "SELECT %s, t, b FROM unnest(%s::varchar[], %s::bytea[]) "
+    "WITH ORDINALITY AS m(t, b, n) ORDER BY n RETURNING seq"
+)
 
 
-@dataclass
-class _Thread:
-    """What this process last read or wrote of one thread: message id → seq (the objects
-    themselves live only in the bounded message cache)."""
+class PostgresRows(LedgerRows):
+    """The rows on the profile's psycopg pool, or on a round's connection."""
 
-    head: dict[str, int] = field(default_factory=dict)
-    dirty: bool = False
-    """Rows may exist that the newest checkpoint does not refer to."""
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self.pool = pool
+
+    async def fetch(self, thread_id: str, seqs: list[int]) -> list[tuple[int, str, bytes]]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT seq, type, body FROM {TABLE} "  # TABLE: a constant
+                "WHERE seq = ANY(%s) AND thread_id = %s",  # never another thread's rows
+                (seqs, thread_id),
+            )
+            rows: list[Any] = await cursor.fetchall()
+        return [(int(r["seq"]), str(r["type"]), bytes(r["body"])) for r in rows]
+
+    async def insert(
+        self, thread_id: str, rows: list[tuple[str, bytes]], conn: Any = None
+    ) -> list[int]:
+        params = (thread_id, [t for t, _ in rows], [b for _, b in rows])
+        if conn is None:
+            async with self.pool.connection() as pooled:
+                cursor = await pooled.execute(_INSERT, params)
+                found: list[Any] = await cursor.fetchall()
+        else:
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(_INSERT, params)
+                found = await cursor.fetchall()
+        # RETURNING follows the insert order, and the insert follows ORDER BY n
+        return sorted(int(r["seq"]) for r in found)
+
+    async def delete_thread(self, thread_id: str) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(f"DELETE FROM {TABLE} WHERE thread_id = %s", (thread_id,))
+
+    async def delete_except(self, thread_id: str, keep: list[int], conn: Any = None) -> int:
+        statement = f"DELETE FROM {TABLE} WHERE thread_id = %s AND NOT (seq = ANY(%s))"
+        if conn is not None:
+            async with conn.cursor() as cursor:
+                await cursor.execute(statement, (thread_id, keep))
+                return int(cursor.rowcount)
+        async with self.pool.connection() as pooled:
+            cursor = await pooled.execute(statement, (thread_id, keep))
+            return int(cursor.rowcount)
 
 
-class MessageLedger(BaseCheckpointSaver[Any]):
-    """Wraps an ``AsyncPostgresSaver`` (see the module docstring). Async API only."""
+class PostgresLedger(MessageLedger):
+    """``MessageLedger`` over an ``AsyncPostgresSaver`` and its pool."""
 
     def __init__(
         self,
@@ -107,197 +114,14 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         cache_threads: int = 2_000,
         hot_threads: int = 64,
     ) -> None:
-        super().__init__(serde=base.serde)
-        self.base = base
-        self.pool = pool
-        self._messages: OrderedDict[int, BaseMessage] = OrderedDict()
-        self._threads: OrderedDict[str, _Thread] = OrderedDict()
-        self._hot: OrderedDict[str, tuple[list[int], list[BaseMessage]]] = OrderedDict()
-        """The last list read or written, per recently used thread: a turn that starts from
-        it resolves and stores its prefix by identity, without a per-message lookup."""
-        self._max_messages = cache_messages
-        self._max_threads = cache_threads
-        self._max_hot = hot_threads
-        self._hot_messages = 0
-
-    # -- cache ------------------------------------------------------------------------------
-
-    def _thread(self, thread_id: str) -> _Thread:
-        entry = self._threads.get(thread_id)
-        if entry is None:
-            entry = self._threads[thread_id] = _Thread()
-            if len(self._threads) > self._max_threads:
-                self._threads.popitem(last=False)
-        else:
-            self._threads.move_to_end(thread_id)
-        return entry
-
-    def _remember(self, seq: int, message: BaseMessage) -> None:
-        self._messages[seq] = message
-        self._messages.move_to_end(seq)
-        if len(self._messages) > self._max_messages:
-            self._messages.popitem(last=False)
-
-    def _set_hot(self, thread_id: str, seqs: list[int], messages: list[BaseMessage]) -> None:
-        previous = self._hot.pop(thread_id, None)
-        if previous is not None:
-            self._hot_messages -= len(previous[1])
-        self._hot[thread_id] = (seqs, messages)
-        self._hot_messages += len(messages)
-        # bounded by threads and by messages: a few very long threads must not hold more
-        # objects than the message cache itself
-        while self._hot and (
-            len(self._hot) > self._max_hot or self._hot_messages > self._max_messages
-        ):
-            _, (_, dropped) = self._hot.popitem(last=False)
-            self._hot_messages -= len(dropped)
-
-    def forget(self) -> None:
-        """Drop the in-process cache (tests and benchmarks: what a fresh replica sees)."""
-        self._messages.clear()
-        self._threads.clear()
-        self._hot.clear()
-        self._hot_messages = 0
-
-    # -- refs -> messages -------------------------------------------------------------------
-
-    async def _resolve(self, thread_id: str, seqs: list[int]) -> list[BaseMessage]:
-        hot = self._hot.get(thread_id)
-        if hot is not None and hot[0] == seqs:  # what this process last read or wrote
-            self._hot.move_to_end(thread_id)
-            return list(hot[1])
-        found: dict[int, BaseMessage] = {}
-        missing: list[int] = []
-        for seq in seqs:
-            message = self._messages.get(seq)
-            if message is None:
-                missing.append(seq)
-            else:
-                found[seq] = message
-        if missing:
-            async with self.pool.connection() as conn:
-                cursor = await conn.execute(
-                    f"SELECT seq, type, body FROM {TABLE} "  # TABLE: a constant
-                    "WHERE seq = ANY(%s) AND thread_id = %s",  # never another thread's rows
-                    (missing, thread_id),
-                )
-                rows: list[Any] = await cursor.fetchall()
-            for row in rows:
-                message = decode_row(row["type"], bytes(row["body"]), self.serde)
-                found[int(row["seq"])] = message
-            absent = [s for s in missing if s not in found]
-            if absent:
-                raise LedgerCorrupt(
-                    f"thread {thread_id!r}: checkpoint refers to {len(absent)} missing "
-                    f"message rows (first seq {absent[0]})"
-                )
-        messages = [found[seq] for seq in seqs]
-        for seq in seqs:
-            self._remember(seq, found[seq])
-        entry = self._thread(thread_id)
-        entry.head = {m.id: seq for seq, m in zip(seqs, messages, strict=True) if m.id is not None}
-        self._set_hot(thread_id, list(seqs), list(messages))
-        return messages
-
-    async def _loaded(self, item: CheckpointTuple | None) -> CheckpointTuple | None:
-        if item is None:
-            return None
-        values = item.checkpoint["channel_values"]
-        seqs = refs_of(values.get(CHANNEL))
-        if seqs is not None:
-            thread_id = str(item.config["configurable"]["thread_id"])
-            values[CHANNEL] = await self._resolve(thread_id, seqs)
-        return item
-
-    # -- messages -> refs -------------------------------------------------------------------
-
-    async def _store(
-        self, thread_id: str, messages: Sequence[BaseMessage], conn: Any = None
-    ) -> tuple[list[int], Callable[[], None]]:
-        """Insert the messages not yet stored (on ``conn``, in its transaction, or on a pooled
-        connection); their seqs, and the cache update to apply once the rows are committed
-        (a rolled-back insert must leave the cache as it was: its seqs never existed)."""
-        entry = self._thread(thread_id)
-        seqs: list[int | None] = []
-        new: list[tuple[int, BaseMessage]] = []  # (position, message)
-        start = 0
-        hot = self._hot.get(thread_id)
-        if (
-            hot is not None
-            and len(messages) >= len(hot[1])
-            and all(a is b for a, b in zip(messages, hot[1], strict=False))
-        ):
-            seqs.extend(hot[0])  # the same objects as last time: the same rows
-            start = len(hot[1])
-        for position in range(start, len(messages)):
-            message = messages[position]
-            known = entry.head.get(message.id) if message.id is not None else None
-            cached = self._messages.get(known) if known is not None else None
-            if (
-                known is not None
-                and cached is not None
-                and (cached is message or cached == message)
-            ):
-                seqs.append(known)
-            else:  # new, replaced, or no longer cached (stored again; the old row is collected)
-                seqs.append(None)
-                new.append((position, message))
-        if new:
-            types: list[str] = []
-            bodies: list[bytes] = []
-            for _, message in new:
-                type_, body = encode_row(message, self.serde)
-                types.append(type_)
-                bodies.append(body)
-            insert = (
-                f"INSERT INTO {TABLE} (thread_id, type, body) "  # TABLE: a constant
-                "SELECT %s, t, b FROM unnest(%s::varchar[], %s::bytea[]) "
-                "WITH ORDINALITY AS m(t, b, n) ORDER BY n RETURNING seq"
-            )
-            if conn is None:
-                async with self.pool.connection() as pooled:
-                    cursor = await pooled.execute(insert, (thread_id, types, bodies))
-                    rows: list[Any] = await cursor.fetchall()
-            else:
-                async with conn.cursor(row_factory=dict_row) as cursor:
-                    await cursor.execute(insert, (thread_id, types, bodies))
-                    rows = await cursor.fetchall()
-            # RETURNING follows the insert order, and the insert follows ORDER BY n
-            inserted = sorted(int(r["seq"]) for r in rows)
-            for (position, _), seq in zip(new, inserted, strict=True):
-                seqs[position] = seq
-        final = [s for s in seqs if s is not None]
-        added = [(seqs[position], message) for position, message in new]
-
-        def apply() -> None:
-            for seq, message in added:
-                assert seq is not None
-                self._remember(seq, message)
-            entry = self._thread(thread_id)
-            previous = set(entry.head.values())
-            if not previous.issubset(final):  # a message replaced or dropped: old row garbage
-                entry.dirty = True
-            entry.head = {
-                m.id: seq for seq, m in zip(final, messages, strict=True) if m.id is not None
-            }
-            self._set_hot(thread_id, final, list(messages))
-
-        return final, apply
-
-    def _stored(self, checkpoint: Checkpoint, seqs: list[int]) -> Checkpoint:
-        return {
-            **checkpoint,
-            "channel_values": {**checkpoint["channel_values"], CHANNEL: {REFS: seqs}},
-        }
-
-    @staticmethod
-    def _is_message_list(checkpoint: Checkpoint, new_versions: ChannelVersions) -> bool:
-        value = checkpoint["channel_values"].get(CHANNEL)
-        return (
-            CHANNEL in new_versions
-            and isinstance(value, list)
-            and all(isinstance(m, BaseMessage) for m in value)
+        super().__init__(
+            base,
+            PostgresRows(pool),
+            cache_messages=cache_messages,
+            cache_threads=cache_threads,
+            hot_threads=hot_threads,
         )
+        self.pool = pool
 
     async def aput_in(
         self,
@@ -311,125 +135,5 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         store's, which also checks the run's claim and writes its record); the stored config
         and the cache update to apply once that transaction has committed."""
         saver = AsyncPostgresSaver(conn, serde=self.serde)
-        if not self._is_message_list(checkpoint, new_versions):
-            return await saver.aput(config, checkpoint, metadata, new_versions), lambda: None
-        thread_id = str(config["configurable"]["thread_id"])
-        seqs, apply = await self._store(thread_id, checkpoint["channel_values"][CHANNEL], conn)
-        stored = self._stored(checkpoint, seqs)
-        return await saver.aput(config, stored, metadata, new_versions), apply
-
-    def discard(self, thread_id: str) -> None:
-        """After a rolled-back round: forget what this process knew of the thread (its next
-        read fetches the committed state)."""
-        hot = self._hot.pop(thread_id, None)
-        if hot is not None:
-            self._hot_messages -= len(hot[1])
-        self._threads.pop(thread_id, None)
-
-    # -- BaseCheckpointSaver ----------------------------------------------------------------
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        try:
-            return await self._loaded(await self.base.aget_tuple(config))
-        except LedgerCorrupt:
-            # read again: the thread may have been deleted or pruned (by another replica)
-            # between reading its checkpoint and reading its rows
-            return await self._loaded(await self.base.aget_tuple(config))
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        async for item in self.base.alist(config, filter=filter, before=before, limit=limit):
-            try:
-                loaded = await self._loaded(item)
-            except LedgerCorrupt:
-                if await self.base.aget_tuple(item.config) is None:
-                    continue  # deleted or pruned while listed
-                raise
-            assert loaded is not None
-            yield loaded
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        if not self._is_message_list(checkpoint, new_versions):
-            # not a message list (another graph's channel of that name): stored as it is
-            return await self.base.aput(config, checkpoint, metadata, new_versions)
-        thread_id = str(config["configurable"]["thread_id"])
-        seqs, apply = await self._store(thread_id, checkpoint["channel_values"][CHANNEL])
-        apply()  # the rows are committed (autocommit)
-        try:
-            return await self.base.aput(
-                config, self._stored(checkpoint, seqs), metadata, new_versions
-            )
-        except BaseException:
-            self._thread(thread_id).dirty = True  # rows stored for a checkpoint that is not
-            raise
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await self.base.aput_writes(config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await self.base.adelete_thread(thread_id)
-        async with self.pool.connection() as conn:
-            await conn.execute(f"DELETE FROM {TABLE} WHERE thread_id = %s", (str(thread_id),))
-        self._drop(str(thread_id))
-
-    def _drop(self, thread_id: str) -> None:
-        """Forget a deleted thread, and its message objects."""
-        hot = self._hot.pop(thread_id, None)
-        if hot is not None:
-            self._hot_messages -= len(hot[1])
-        entry = self._threads.pop(thread_id, None)
-        if entry is not None:
-            for seq in entry.head.values():
-                self._messages.pop(seq, None)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self.base.aprune(thread_ids, strategy=strategy)
-        if strategy != "keep_latest":  # "delete": the threads' checkpoints are gone
-            for thread_id in thread_ids:
-                async with self.pool.connection() as conn:
-                    await conn.execute(
-                        f"DELETE FROM {TABLE} WHERE thread_id = %s", (str(thread_id),)
-                    )
-                self._drop(str(thread_id))
-            return
-        for thread_id in thread_ids:
-            entry = self._threads.get(str(thread_id))
-            if entry is not None and entry.dirty:
-                await self.collect(str(thread_id))
-
-    async def collect(self, thread_id: str) -> int:
-        """Delete the thread's message rows that its newest checkpoint does not refer to."""
-        latest = await self.base.aget_tuple({"configurable": {"thread_id": thread_id}})
-        keep = refs_of(latest.checkpoint["channel_values"].get(CHANNEL)) if latest else None
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(
-                f"DELETE FROM {TABLE} WHERE thread_id = %s "  # TABLE: a constant
-                "AND NOT (seq = ANY(%s))",
-                (thread_id, keep or []),
-            )
-            deleted = int(cursor.rowcount)
-        entry = self._threads.get(thread_id)
-        if entry is not None:
-            entry.dirty = False
-        return max(deleted, 0)
-
-    def get_next_version(self, current: Any, channel: None = None) -> Any:
-        return self.base.get_next_version(current, channel)
+        stored = await self.refs_in(conn, config, checkpoint, new_versions)
+        return await saver.aput(config, stored.checkpoint, metadata, new_versions), stored.apply

@@ -2,7 +2,7 @@
 
 In it: the run's claim is checked and its row locked (``FOR UPDATE``: a run that claims the
 thread meanwhile waits for this transaction, then reads the thread with the round in it),
-the staged checkpoints go through ``MessageLedger`` (new message rows, then the checkpoint
+the staged checkpoints go through ``PostgresLedger`` (new message rows, then the checkpoint
 with refs, on the transaction's own connection), and the run record is written. The ledger's
 in-process cache learns the new rows only once the transaction has committed.
 """
@@ -20,7 +20,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from threadkeeper.adapters.atomic import StagedPut
-from threadkeeper.adapters.postgres.ledger import MessageLedger
+from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.rounds import RoundStore, RoundWrite, resolve_in_doubt
 from threadkeeper.adapters.sql import check_claim, insert_record, run_records
 from threadkeeper.adapters.weigh import TABLE_KINDS
@@ -71,7 +71,7 @@ class PostgresRoundStore(RoundStore):
     def __init__(
         self,
         engine: AsyncEngine,
-        ledger: MessageLedger,
+        ledger: PostgresLedger,
         kinds: Mapping[str, str | None] = TABLE_KINDS,
     ) -> None:
         self.engine = engine

@@ -1,7 +1,7 @@
 """The postgres profile's message ledger, shared rate-limit windows, and the index retention
 queries.
 
-- ``tk_checkpoint_messages``: ``threadkeeper.adapters.postgres.ledger.MessageLedger`` writes
+- ``tk_checkpoint_messages``: ``threadkeeper.adapters.postgres.ledger.PostgresLedger`` writes
   it; checkpoints refer to its rows by ``seq``. Created on every dialect like 0002 (plain
   SQL); only the postgres profile writes it. ``ledger.DDL`` is the same table for schemas made
   without Alembic.

@@ -1,4 +1,4 @@
-"""The postgres ledger's messages in their compact form (``adapters.postgres.codec``).
+"""The postgres ledger's messages in their compact form (``adapters.ledger_codec``).
 
 Rows of ``tk_checkpoint_messages`` written before hold each message in
 ``JsonPlusSerializer``'s form (``type = 'msgpack'``: LangChain's constructor form, every field
@@ -76,7 +76,7 @@ def _rewrite(
 def upgrade() -> None:
     from langchain_core.messages import BaseMessage
 
-    from threadkeeper.adapters.postgres import codec
+    from threadkeeper.adapters import ledger_codec as codec
     from threadkeeper.adapters.serde import checkpoint_serializer
 
     serde = checkpoint_serializer()
@@ -95,7 +95,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    from threadkeeper.adapters.postgres import codec
+    from threadkeeper.adapters import ledger_codec as codec
     from threadkeeper.adapters.serde import checkpoint_serializer
 
     serde = checkpoint_serializer()
