@@ -390,7 +390,7 @@ async def test_a_thread_id_is_scoped_to_its_user_and_tenant(client: Client) -> N
 
 
 KEPT = {
-    "embedded": {"checkpoints", "run_records", "feedback"},
+    "embedded": {"checkpoints", "messages", "run_records", "feedback"},
     "postgres": {"checkpoints", "messages", "run_records", "feedback"},
     "redis-mysql": {"checkpoints", "run_records", "archive", "feedback"},
 }

@@ -63,6 +63,11 @@ REFS = "tk_message_refs"
 CHANNEL = "messages"
 
 
+async def _replay(items: list[CheckpointTuple]) -> AsyncIterator[CheckpointTuple]:
+    for item in items:
+        yield item
+
+
 class LedgerCorrupt(RuntimeError):
     """A checkpoint refers to message rows that are not there."""
 
@@ -126,7 +131,10 @@ class MessageLedger(BaseCheckpointSaver[Any]):
 
     ``whole_checkpoints``: the saver stores each checkpoint with every channel's value (SQLite)
     rather than only the channels in ``new_versions`` (PostgreSQL's blobs): then every put
-    carries the list, changed or not, and every put is given refs."""
+    carries the list, changed or not, and every put is given refs. ``buffered_lists``: the
+    saver's ``alist`` holds a lock the rows' reads need until it is exhausted
+    (``AsyncSqliteSaver`` holds its connection's lock across the iteration): ``alist`` reads
+    the saver's listing whole before it resolves refs."""
 
     def __init__(
         self,
@@ -134,6 +142,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         rows: LedgerRows,
         *,
         whole_checkpoints: bool = False,
+        buffered_lists: bool = False,
         cache_messages: int = 20_000,
         cache_threads: int = 2_000,
         hot_threads: int = 64,
@@ -142,6 +151,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         self.base = base
         self.rows = rows
         self.whole_checkpoints = whole_checkpoints
+        self.buffered_lists = buffered_lists
         self._messages: OrderedDict[int, BaseMessage] = OrderedDict()
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
         self._hot: OrderedDict[str, tuple[list[int], list[BaseMessage]]] = OrderedDict()
@@ -350,7 +360,10 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        async for item in self.base.alist(config, filter=filter, before=before, limit=limit):
+        listing = self.base.alist(config, filter=filter, before=before, limit=limit)
+        if self.buffered_lists:
+            listing = _replay([item async for item in listing])
+        async for item in listing:
             try:
                 loaded = await self._loaded(item)
             except LedgerCorrupt:

@@ -11,7 +11,7 @@ A table's bytes for a thread are Σ over the thread's rows of each column's logi
 - SQLite: ``length(CAST(column AS BLOB))`` (bytes, UTF-8 for text) of every column.
 
 The tables are found, not listed: every table of the current schema with a ``thread_id``
-(LangGraph's checkpoint tables, the postgres message ledger) or ``thread_key`` column
+(LangGraph's checkpoint tables, the message ledger) or ``thread_key`` column
 (threadkeeper's), read once per process from the catalogue. Each is counted with SQL over
 its own columns, so a changed row format (a new column, another table) is weighed as it is.
 Every query is by the thread's key on an index whose first column is it (primary keys
@@ -55,10 +55,12 @@ TABLE_KINDS: dict[str, str | None] = {
     "tool_invocations": "audit",
     "tk_feedback": "feedback",
     "tk_run_claims": None,
+    # the message ledger's (``adapters.ledger``: postgres, embedded)
+    "tk_checkpoint_messages": "messages",
 }
 """The kind of each known table keyed by thread; ``None``: not counted (the run claim is the
-thread's lock row, not something kept for it). A backend adds its own (the postgres message
-ledger); a keyed table none names is counted by its key column (``FALLBACK_KINDS``)."""
+thread's lock row, not something kept for it). A backend may add its own; a keyed table none
+names is counted by its key column (``FALLBACK_KINDS``)."""
 
 FALLBACK_KINDS = {"thread_id": "checkpoints", "thread_key": "run_records"}
 """A table keyed by ``thread_id`` belongs to the checkpoint state (LangGraph's savers key

@@ -16,6 +16,10 @@ transaction (``guard``): statements run one after another and never contend for 
 lock. A round is one ``BEGIN IMMEDIATE`` transaction on it (``SqliteRoundStore``). The
 connection is a ``LoopConnection`` (``adapters.embedded.connection``): only what can wait for
 SQLite's lock or the disk goes through aiosqlite's thread.
+
+Each message is stored once (``adapters.embedded.ledger``): the saver is wrapped in the message
+ledger, so a checkpoint holds refs to rows of ``tk_checkpoint_messages`` instead of the whole
+history, and a round inserts only its new messages.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import asyncio
 import fcntl
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +45,9 @@ from sqlalchemy.pool import StaticPool
 from threadkeeper.adapters.atomic import StagedPut
 from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
 from threadkeeper.adapters.embedded.connection import LoopConnection, connect
+from threadkeeper.adapters.embedded.ledger import DDL as LEDGER_DDL
+from threadkeeper.adapters.embedded.ledger import sqlite_ledger
+from threadkeeper.adapters.ledger import CHANNEL, MessageLedger, refs_of
 from threadkeeper.adapters.rounds import RoundsOf, RoundStore, RoundWrite
 from threadkeeper.adapters.serde import checkpoint_serializer
 from threadkeeper.adapters.sql import (
@@ -121,15 +128,33 @@ one was a full copy of it) — postgres's ``keep_latest``, in the round's own tr
 
 class SqliteRoundStore(RoundStore):
     """A round in one ``BEGIN IMMEDIATE`` transaction: the claim checked, the staged
-    checkpoints and writes stored as ``AsyncSqliteSaver`` stores them, the thread's older
-    checkpoints deleted (``_PRUNE``), the run record."""
+    checkpoints and writes stored as ``AsyncSqliteSaver`` stores them — each checkpoint's
+    messages through the ledger (its new message rows, the checkpoint with refs) — the
+    thread's older checkpoints deleted (``_PRUNE``) and, when a message was replaced or more
+    than one checkpoint was stored, the message rows the newest no longer refers to; the run
+    record. The ledger's cache learns the new rows once the transaction has committed."""
 
-    def __init__(self, access: SqlAccess, saver: AsyncSqliteSaver) -> None:
+    def __init__(self, access: SqlAccess, ledger: MessageLedger) -> None:
         self.access = access
-        self.saver = saver
+        self.ledger = ledger
 
     async def commit(self, write: RoundWrite) -> str | None:
-        serde = self.saver.serde
+        try:
+            applied = await self._commit(write)
+        except BaseException:
+            self.ledger.discard(write.thread_key)
+            raise
+        for apply in applied:
+            apply()
+        if applied:
+            self.ledger.collected(write.thread_key)
+        return write.checkpoint_id()
+
+    async def _commit(self, write: RoundWrite) -> list[Callable[[], None]]:
+        serde = self.ledger.serde
+        applied: list[Callable[[], None]] = []
+        refs: list[int] | None = None
+        collect = False
         async with self.access.begin() as conn:
             await check_claim(conn, write.thread_key, write.claim)
             for op in write.staging.log:
@@ -137,7 +162,16 @@ class SqliteRoundStore(RoundStore):
                 thread_id = str(configurable["thread_id"])
                 namespace = str(configurable.get("checkpoint_ns", ""))
                 if isinstance(op, StagedPut):
-                    type_, blob = serde.dumps_typed(op.checkpoint)
+                    checkpoint = op.checkpoint
+                    if not namespace:  # the thread's own messages; a subgraph's stay inline
+                        stored = await self.ledger.refs_in(
+                            conn, op.config, checkpoint, op.new_versions
+                        )
+                        checkpoint = stored.checkpoint
+                        applied.append(stored.apply)
+                        collect = collect or stored.replaced or refs is not None
+                        refs = refs_of(checkpoint["channel_values"].get(CHANNEL))
+                    type_, blob = serde.dumps_typed(checkpoint)
                     metadata = json.dumps(
                         get_checkpoint_metadata(op.config, op.metadata), ensure_ascii=False
                     ).encode("utf-8", "ignore")
@@ -179,8 +213,10 @@ class SqliteRoundStore(RoundStore):
             if root:
                 for statement in _PRUNE:
                     await conn.exec_driver_sql(statement, (write.thread_key, str(root[-1])))
+                if collect:  # rows only the deleted checkpoints referred to
+                    await self.ledger.rows.delete_except(write.thread_key, refs or [], conn)
             await insert_record(conn, write.stored_record())
-        return write.checkpoint_id()
+        return applied
 
 
 @dataclass
@@ -188,7 +224,9 @@ class EmbeddedBackend(RoundsOf):
     """Everything the embedded profile stores, opened on one data directory."""
 
     data_dir: Path
-    saver: AsyncSqliteSaver
+    saver: MessageLedger
+    """``AsyncSqliteSaver`` under the message ledger: what the app wraps in ``AtomicSaver``."""
+    sqlite: AsyncSqliteSaver
     store: AsyncSqliteStore
     engine: AsyncEngine
     runs: SqlRunRecords
@@ -208,7 +246,7 @@ class EmbeddedBackend(RoundsOf):
 
     @property
     def storage_kinds(self) -> frozenset[str]:
-        return frozenset({"checkpoints", "run_records", "feedback"})
+        return frozenset({"checkpoints", "messages", "run_records", "feedback"})
 
     async def storage_usage(self, thread_key: str) -> StorageUsage:
         """The thread's rows in the checkpoint tables (``checkpoints``, ``writes``), the run
@@ -219,7 +257,7 @@ class EmbeddedBackend(RoundsOf):
     async def health(self) -> dict[str, str]:
         try:
             async with self.guard:
-                await self.saver.conn.execute("SELECT 1")
+                await self.sqlite.conn.execute("SELECT 1")
         except Exception as exc:  # pragma: no cover - depends on the file system
             return {"sqlite": f"error: {exc}"}
         return {"sqlite": "ok"}
@@ -296,20 +334,25 @@ async def open_embedded(data_dir: str | Path, *, exclusive: bool = True) -> Asyn
         await store.setup()
         runs = SqlRunRecords(engine, guard)
         await runs.create_tables()
+        async with runs.begin() as conn:
+            for statement in LEDGER_DDL:
+                await conn.exec_driver_sql(statement)
+        ledger = sqlite_ledger(saver, runs)
         fences = SqlRunFences(engine, guard)
         lock = ClaimedLock(InMemoryRunLock(), fences)
         yield EmbeddedBackend(
             data_dir=root,
-            saver=saver,
+            saver=ledger,
+            sqlite=saver,
             store=store,
             engine=engine,
             runs=runs,
             fences=fences,
-            rounds=SqliteRoundStore(runs, saver),
+            rounds=SqliteRoundStore(runs, ledger),
             lock=lock,
-            retention=CheckpointRetention(saver, store, runs, lock, fences),
+            retention=CheckpointRetention(ledger, store, runs, lock, fences),
             guard=guard,
-            transcript=CheckpointTranscript(saver),
+            transcript=CheckpointTranscript(ledger),
         )
     finally:
         await engine.dispose()

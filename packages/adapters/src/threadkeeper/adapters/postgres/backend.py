@@ -30,7 +30,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
-from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER_TABLE
 from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.postgres.lock import SERVER_KEEPALIVES, AdvisoryThreadLock
 from threadkeeper.adapters.postgres.ratelimit import PostgresRateWindows
@@ -96,9 +95,9 @@ class FailFastPool(AsyncConnectionPool[Any]):
             raise
 
 
-KINDS: dict[str, str | None] = {**TABLE_KINDS, LEDGER_TABLE: "messages"}
-"""The kind of each table keyed by thread (``adapters.weigh``), the message ledger's with
-them."""
+KINDS: dict[str, str | None] = TABLE_KINDS
+"""The kind of each table keyed by thread (``adapters.weigh``; the message ledger's among
+them)."""
 
 
 def sqlalchemy_url(postgres_url: str) -> str:
