@@ -75,7 +75,7 @@ class LedgerCorrupt(RuntimeError):
 def refs_of(value: Any) -> list[int] | None:
     """The seqs of a stored refs value; None when the value is not one."""
     if isinstance(value, dict) and REFS in value:
-        return [int(s) for s in value[REFS]]
+        return list(map(int, value[REFS]))
     return None
 
 
@@ -109,6 +109,10 @@ class _Thread:
     themselves live only in the bounded message cache)."""
 
     head: dict[str, int] = field(default_factory=dict)
+    built_from: int = 0
+    """How many messages the list ``head`` was built from had (with the hot list of the same
+    length — the two are always set together — a store that extends that list by identity
+    updates ``head`` for the new messages only)."""
     dirty: bool = False
     """Rows may exist that the newest checkpoint does not refer to."""
 
@@ -230,6 +234,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
             self._remember(seq, found[seq])
         entry = self._thread(thread_id)
         entry.head = {m.id: seq for seq, m in zip(seqs, messages, strict=True) if m.id is not None}
+        entry.built_from = len(messages)
         self._set_hot(thread_id, list(seqs), list(messages))
         return messages
 
@@ -245,26 +250,30 @@ class MessageLedger(BaseCheckpointSaver[Any]):
 
     # -- messages -> refs -------------------------------------------------------------------
 
+    def _hot_prefix(self, thread_id: str, messages: Sequence[Any]) -> int:
+        """How many leading messages are those of the hot list (0 without one): the same
+        objects (or equal ones), so the same rows."""
+        hot = self._hot.get(thread_id)
+        if hot is None or not hot[1] or len(messages) < len(hot[1]):
+            return 0
+        known = hot[1]
+        # a list comparison: identity first, in C, then equality for what is not identical
+        return len(known) if list(messages[: len(known)]) == known else 0
+
     async def _store(
-        self, thread_id: str, messages: Sequence[BaseMessage], conn: Any = None
+        self, thread_id: str, messages: Sequence[BaseMessage], conn: Any = None, prefix: int = 0
     ) -> tuple[list[int], Callable[[], None], bool]:
         """Insert the messages not yet stored (on ``conn``, in its transaction, or committed
         by the rows' own connection); their seqs, the cache update to apply once the rows are
         committed (a rolled-back insert must leave the cache as it was: its seqs never
-        existed), and whether a message last known here is no longer referred to."""
+        existed), and whether a message last known here is no longer referred to. ``prefix``:
+        the leading messages that are the hot list's (``_hot_prefix``)."""
         entry = self._thread(thread_id)
         seqs: list[int | None] = []
         new: list[tuple[int, BaseMessage]] = []  # (position, message)
-        start = 0
-        hot = self._hot.get(thread_id)
-        if (
-            hot is not None
-            and len(messages) >= len(hot[1])
-            and all(a is b for a, b in zip(messages, hot[1], strict=False))
-        ):
-            seqs.extend(hot[0])  # the same objects as last time: the same rows
-            start = len(hot[1])
-        for position in range(start, len(messages)):
+        if prefix:
+            seqs.extend(self._hot[thread_id][0])  # the same objects as last time: the same rows
+        for position in range(prefix, len(messages)):
             message = messages[position]
             known = entry.head.get(message.id) if message.id is not None else None
             cached = self._messages.get(known) if known is not None else None
@@ -285,18 +294,25 @@ class MessageLedger(BaseCheckpointSaver[Any]):
                 seqs[position] = seq
         final = [s for s in seqs if s is not None]
         added = [(seqs[position], message) for position, message in new]
-        replaced = not set(entry.head.values()).issubset(final)
+        # extending the list ``head`` was built from keeps every seq ``head`` names
+        extends = bool(prefix) and entry.built_from == prefix
+        replaced = not extends and not set(entry.head.values()).issubset(final)
+        tail = list(zip(final[prefix:], messages[prefix:], strict=True))
 
         def apply() -> None:
             for seq, message in added:
                 assert seq is not None
                 self._remember(seq, message)
             entry = self._thread(thread_id)
-            if not set(entry.head.values()).issubset(final):  # a message replaced or dropped
-                entry.dirty = True
-            entry.head = {
-                m.id: seq for seq, m in zip(final, messages, strict=True) if m.id is not None
-            }
+            if extends and entry.built_from == prefix:
+                entry.head.update((m.id, seq) for seq, m in tail if m.id is not None)
+            else:
+                if not set(entry.head.values()).issubset(final):  # a message replaced or dropped
+                    entry.dirty = True
+                entry.head = {
+                    m.id: seq for seq, m in zip(final, messages, strict=True) if m.id is not None
+                }
+            entry.built_from = len(messages)
             self._set_hot(thread_id, final, list(messages))
 
         return final, apply, replaced
@@ -308,13 +324,20 @@ class MessageLedger(BaseCheckpointSaver[Any]):
             "channel_values": {**checkpoint["channel_values"], CHANNEL: {REFS: seqs}},
         }
 
-    def _is_message_list(self, checkpoint: Checkpoint, new_versions: ChannelVersions) -> bool:
+    def _message_list(
+        self, config: RunnableConfig, checkpoint: Checkpoint, new_versions: ChannelVersions
+    ) -> tuple[str, list[BaseMessage], int] | None:
+        """The thread, the checkpoint's message list and its hot prefix (``_hot_prefix``), if
+        the channel is to be stored as refs: a list of messages only (another graph's channel
+        of that name is stored as it is)."""
         value = checkpoint["channel_values"].get(CHANNEL)
-        return (
-            (self.whole_checkpoints or CHANNEL in new_versions)
-            and isinstance(value, list)
-            and all(isinstance(m, BaseMessage) for m in value)
-        )
+        if not (self.whole_checkpoints or CHANNEL in new_versions) or not isinstance(value, list):
+            return None
+        thread_id = str(config["configurable"]["thread_id"])
+        prefix = self._hot_prefix(thread_id, value)
+        if not all(isinstance(m, BaseMessage) for m in value[prefix:]):
+            return None
+        return thread_id, value, prefix
 
     async def refs_in(
         self,
@@ -326,12 +349,11 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         """The checkpoint as it is to be stored in the caller's transaction on ``conn`` (a
         round's): its new messages inserted there, the list replaced by refs. A checkpoint
         without a message list is returned as it is."""
-        if not self._is_message_list(checkpoint, new_versions):
+        found = self._message_list(config, checkpoint, new_versions)
+        if found is None:
             return StoredRefs(checkpoint, lambda: None, replaced=False)
-        thread_id = str(config["configurable"]["thread_id"])
-        seqs, apply, replaced = await self._store(
-            thread_id, checkpoint["channel_values"][CHANNEL], conn
-        )
+        thread_id, messages, prefix = found
+        seqs, apply, replaced = await self._store(thread_id, messages, conn, prefix)
         return StoredRefs(self._stored(checkpoint, seqs), apply, replaced)
 
     def discard(self, thread_id: str) -> None:
@@ -380,11 +402,11 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        if not self._is_message_list(checkpoint, new_versions):
-            # not a message list (another graph's channel of that name): stored as it is
+        found = self._message_list(config, checkpoint, new_versions)
+        if found is None:
             return await self.base.aput(config, checkpoint, metadata, new_versions)
-        thread_id = str(config["configurable"]["thread_id"])
-        seqs, apply, _ = await self._store(thread_id, checkpoint["channel_values"][CHANNEL])
+        thread_id, messages, prefix = found
+        seqs, apply, _ = await self._store(thread_id, messages, prefix=prefix)
         apply()  # the rows are committed (autocommit)
         try:
             return await self.base.aput(
