@@ -69,7 +69,7 @@ def _install() -> None:
     _accumulate(history.TurnWindowPolicy, "window", "windows (summarize + trim)")
     _accumulate(builtin_model, "estimate_input_tokens", "builtin model: input estimate")
     _accumulate(builtin_model, "_compose", "builtin model: composing the answer")
-    _accumulate(outcome, "thread_order", "run record: the thread's order")
+    _accumulate(outcome, "order_since", "run record: the thread's order (since the windows)")
     _accumulate(outcome, "encode_window", "run record: the window as ranges")
 
 

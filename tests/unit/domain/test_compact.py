@@ -18,6 +18,8 @@ from threadkeeper.domain.compact import (
     encode_segments,
     encode_text,
     encode_window,
+    in_order,
+    order_since,
     text_digest,
     thread_order,
 )
@@ -74,6 +76,61 @@ def test_a_window_decodes_in_a_later_or_compacted_order(
     later = [*order, *(f"new{i}" for i in range(grown))]
     expected = [i for i in window if i in state or i not in order]
     assert decode_window(encoded, later, anchor) == expected
+
+
+@st.composite
+def history_and_windows(draw: st.DrawFn) -> tuple[list[BaseMessage], list[BaseMessage], str]:
+    """A thread as the agent leaves it (questions, answers, tool calls and results, an empty
+    answer), its newest question, and a run's windows' messages: mostly a newest part of the
+    history with gaps, and sometimes messages the history does not have (a truncated tool
+    result under a new id) or older ones."""
+    history: list[BaseMessage] = []
+    for turn in range(draw(st.integers(1, 25))):
+        history.append(HumanMessage(f"q{turn}", id=f"h{turn}"))
+        for step in range(draw(st.integers(0, 2))):
+            call = f"c{turn}-{step}"
+            history.append(
+                AIMessage(
+                    "", id=f"t{turn}-{step}", tool_calls=[{"name": "f", "args": {}, "id": call}]
+                )
+            )
+            history.append(ToolMessage("r", id=f"r{turn}-{step}", tool_call_id=call))
+        history.append(AIMessage(draw(st.sampled_from(["a", "", " "])), id=f"a{turn}"))
+    humans = [i for i, m in enumerate(history) if isinstance(m, HumanMessage)]
+    anchor_at = draw(st.sampled_from(humans))
+    start = draw(st.integers(0, anchor_at))
+    window = history[start : anchor_at + draw(st.integers(1, 4))]
+    for _ in range(draw(st.integers(0, 3))):  # gaps
+        if window:
+            del window[draw(st.integers(0, len(window) - 1))]
+    for _ in range(draw(st.integers(0, 2))):  # strangers and old messages
+        stranger = draw(
+            st.sampled_from([ToolMessage("cut", id="new-id", tool_call_id="c"), *history])
+        )
+        window.insert(draw(st.integers(0, len(window))), stranger)
+    return history, window, str(history[anchor_at].id)
+
+
+@given(history_and_windows())
+@settings(max_examples=400)
+def test_a_window_encodes_the_same_over_the_order_since_its_oldest_message(
+    case: tuple[list[BaseMessage], list[BaseMessage], str],
+) -> None:
+    history, window, anchor = case
+    ids = [str(m.id) for m in window]
+    since = order_since(history, {str(m.id) for m in window if in_order(m)}, anchor)
+    whole = thread_order(history)
+    assert whole[len(whole) - len(since) :] == since  # the end of the order
+    assert encode_window(ids, since, anchor) == encode_window(ids, whole, anchor)
+    assert decode_window(encode_window(ids, since, anchor), whole, anchor) == ids
+
+
+def test_the_order_since_reads_back_only_to_the_oldest_wanted_message() -> None:
+    history: list[BaseMessage] = []
+    for turn in range(100):
+        history += [HumanMessage("q", id=f"h{turn}"), AIMessage("a", id=f"a{turn}")]
+    assert order_since(history, {"h97", "a98"}, "h99") == ["h97", "a97", "h98", "a98", "h99", "a99"]
+    assert order_since(history, {"not there"}, "h99") == thread_order(history)  # whole order
 
 
 def test_a_plain_window_is_one_range_whatever_its_length() -> None:

@@ -12,6 +12,7 @@ from threadkeeper.domain.summary import (
     count_turns,
     first_sentence,
     messages_to_fold,
+    more_turns_than,
 )
 from threadkeeper.domain.tokens import CharacterCounter, TiktokenCounter
 
@@ -41,6 +42,23 @@ def ids(messages: list[BaseMessage]) -> list[str | None]:
 def test_count_turns_counts_human_messages() -> None:
     assert count_turns(thread(7)) == 7
     assert count_turns([]) == 0
+
+
+@pytest.mark.parametrize("turns", [0, 1, 6, 7, 8, 30])
+def test_more_turns_than_is_count_turns_compared(turns: int) -> None:
+    for history in (thread(7), [], thread(7)[:-3]):
+        assert more_turns_than(history, turns) == (count_turns(history) > turns)
+
+
+def test_more_turns_than_stops_reading_once_it_knows() -> None:
+    class Endless(list[BaseMessage]):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            n = 0
+            while True:
+                yield HumanMessage("q", id=f"h{n}")
+                n += 1
+
+    assert more_turns_than(Endless(), 20)
 
 
 def test_nothing_is_folded_until_the_thread_has_more_than_after_turns() -> None:

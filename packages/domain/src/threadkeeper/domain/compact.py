@@ -20,7 +20,7 @@ Both are pure: ``decode(encode(x, order), order) == x`` for any ``x`` and ``orde
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
@@ -46,6 +46,29 @@ def in_order(message: BaseMessage) -> bool:
 def thread_order(messages: Sequence[BaseMessage]) -> list[str]:
     """The ids of the thread's messages that ``in_order`` keeps, oldest first."""
     return [str(m.id) for m in messages if in_order(m)]
+
+
+def order_since(messages: Sequence[BaseMessage], wanted: Iterable[str], anchor: str) -> list[str]:
+    """The end of ``thread_order(messages)`` from the oldest of ``wanted`` and ``anchor``
+    (the whole order when one of them is not in it), read from the newest message back.
+
+    Positions relative to the anchor's newest occurrence are the same in any part of the
+    order that holds it and reaches the end, so ``encode_window(ids, order_since(messages,
+    ids, anchor), anchor)`` equals ``encode_window(ids, thread_order(messages), anchor)``
+    whenever every id of ``ids`` the order has is in ``wanted`` (a run's windows are the
+    newest part of a long thread: its whole order need not be walked per run)."""
+    missing = {*wanted, anchor}
+    newest_first: list[str] = []
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if in_order(message):
+            name = str(message.id)
+            newest_first.append(name)
+            missing.discard(name)
+            if not missing:
+                break
+    newest_first.reverse()
+    return newest_first
 
 
 def encode_segments(items: Sequence[str], order: Sequence[str]) -> tuple[Segment, ...]:
@@ -150,6 +173,7 @@ __all__ = [
     "encode_text",
     "encode_window",
     "in_order",
+    "order_since",
     "text_digest",
     "thread_order",
 ]

@@ -66,6 +66,18 @@ def count_turns(history: Sequence[BaseMessage]) -> int:
     return sum(1 for m in history if isinstance(m, HumanMessage))
 
 
+def more_turns_than(history: Sequence[BaseMessage], turns: int) -> bool:
+    """``count_turns(history) > turns``, reading only as far as it takes (a late turn's
+    history is long; the answer is known after ``turns`` + 1 human messages)."""
+    seen = 0
+    for message in history:
+        if isinstance(message, HumanMessage):
+            seen += 1
+            if seen > turns:
+                return True
+    return False
+
+
 def messages_to_fold(
     history: Sequence[BaseMessage],
     window_start: int,
@@ -77,7 +89,7 @@ def messages_to_fold(
 
     Empty until the thread has more than ``after_turns`` turns.
     """
-    if count_turns(history) <= after_turns:
+    if not more_turns_than(history, after_turns):
         return []
     begin = 0
     if summary is not None and summary.through_id is not None:

@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from threadkeeper.app.agent import PROMPT_VERSION, RunTrace
 from threadkeeper.app.service import AnswerOut, CitationOut, RunResultOut, UsageOut
-from threadkeeper.domain.compact import encode_window, thread_order
+from threadkeeper.domain.compact import encode_window, in_order, order_since
 from threadkeeper.domain.memory import MemoryKind
 from threadkeeper.domain.runs import ModelCall, RunRecord, content_digest, stored_prompt
 from threadkeeper.domain.summary import Summary, encode_summary
@@ -115,7 +115,13 @@ def finish(
         handoff_context=handoff_context(values, messages, trace) if status == "escalate" else None,
     )
     memory = trace.memory
-    order = thread_order(messages)
+    # the windows' ids in the order, found on the window messages themselves (``in_order``
+    # reads only the message): the order is read back only as far as the oldest of them
+    order = order_since(
+        messages,
+        {str(m.id) for w in trace.windows for m in w.messages if in_order(m)},
+        str(human.id),
+    )
     record = RunRecord(
         run_id=run_id,
         thread_key=ref.key,
