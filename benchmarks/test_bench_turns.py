@@ -35,10 +35,11 @@ from benchmarks.service_support import Fleet, median, question, warm
 
 FLAT_MAX_RATIO = 1.2
 FULL_FLAT_UNMET = (
-    "issue 12 open: at 200 turns a turn still costs more than at 10 (passes over the whole "
-    "history per run: LangGraph's add_messages on every write to the messages channel, the "
-    "checkpoint's messages decoded and encoded again, the model-call middleware over a window "
-    "grown to the budget; redis-mysql 1.18-1.29 since its saver's JSON is done once; "
+    "issue 12 open: at 200 turns a turn still costs more than at 10 (the window has grown to the "
+    "budget, and LangGraph's and LangChain's own passes over the whole history remain: "
+    "add_messages on each of the run's three merges into the messages channel, "
+    "create_agent's invalid-tool-call patch per model call; the checkpoint's messages are "
+    "stored once on postgres and embedded, redis-mysql's Redis copy is bounded by compaction; "
     "docs/benchmarks.md, 'Flat turns')"
 )
 """Why the flat-turn gates do not bind at full size yet (``report.py``: ``gate_unmet``); they
