@@ -140,17 +140,19 @@ class SqliteRoundStore(RoundStore):
 
     async def commit(self, write: RoundWrite) -> str | None:
         try:
-            applied = await self._commit(write)
+            applied, collected = await self._commit(write)
         except BaseException:
             self.ledger.discard(write.thread_key)
             raise
         for apply in applied:
             apply()
-        if applied:
+        if collected:
             self.ledger.collected(write.thread_key)
         return write.checkpoint_id()
 
-    async def _commit(self, write: RoundWrite) -> list[Callable[[], None]]:
+    async def _commit(self, write: RoundWrite) -> tuple[list[Callable[[], None]], bool]:
+        """Store the round; the ledger's cache updates to apply, and whether the thread's
+        unreferenced message rows were deleted."""
         serde = self.ledger.serde
         applied: list[Callable[[], None]] = []
         refs: list[int] | None = None
@@ -216,7 +218,7 @@ class SqliteRoundStore(RoundStore):
                 if collect:  # rows only the deleted checkpoints referred to
                     await self.ledger.rows.delete_except(write.thread_key, refs or [], conn)
             await insert_record(conn, write.stored_record())
-        return applied
+        return applied, collect
 
 
 @dataclass
