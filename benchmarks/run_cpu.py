@@ -5,6 +5,11 @@ share goes") has the pairs::
 
     PYTHONPATH=<worktree>/packages/adapters/src .venv/bin/python benchmarks/run_cpu.py embedded
     .venv/bin/python benchmarks/run_cpu.py embedded        # or postgres (a fresh schema)
+
+Instructions instead of seconds (repeatable on a busy machine; "Embedded: each message once")::
+
+    for n in 0 30; do valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
+        .venv/bin/python benchmarks/run_cpu.py embedded --runs $n 2>&1 | grep Collected; done
 """
 
 from __future__ import annotations
@@ -49,9 +54,27 @@ async def cpu_ms_per_run(profile: str, postgres_url: str | None = None) -> float
     return best
 
 
+async def plain_runs(profile: str, runs: int) -> None:
+    """10 warm-up runs then ``runs`` more, threads of 5 turns, nothing timed: for an instruction
+    count (``valgrind --tool=callgrind``) of ``runs`` = 0 and N, whose difference ÷ N is a
+    run's count, startup excluded."""
+    app = create_app(Settings.of(profile=profile, data_dir=f"{tempfile.mkdtemp()}/data"))
+    async with AsyncTestClient(app, timeout=600) as client:
+        client.headers.update({"X-Tenant-Id": "acme", "X-User-Id": "u1"})
+        for i in range(10 + runs):
+            response = await client.post(
+                f"/v1/threads/t{i // 5}/runs",
+                json={"message": {"content": f"How do I file a claim for my dental visit {i}?"}},
+                headers={"Accept": "application/json"},
+            )
+            assert response.status_code == 200, response.text
+
+
 def main() -> None:
     profile = sys.argv[1] if len(sys.argv) > 1 else "embedded"
-    if profile == "postgres":
+    if "--runs" in sys.argv:
+        asyncio.run(plain_runs(profile, int(sys.argv[sys.argv.index("--runs") + 1])))
+    elif profile == "postgres":
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from tests.support.postgres import fresh_schema
 

@@ -25,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,25 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+async def campaign(
+    run: Callable[[str, int], Awaitable[float]], threads: int, late: int, rounds: int
+) -> dict[str, list[float]]:
+    """``threads`` threads driven to ``late`` turns, then their next ``rounds`` turns each
+    followed by a turn 1-5 of a fresh thread; what ``run`` measured, by side."""
+    for turn in range(late):
+        for j in range(threads):
+            await run(f"long-{j}", turn)
+    costs: dict[str, list[float]] = {"late": [], "early": []}
+    for turn in range(rounds):
+        for j in range(threads):
+            _PHASE[0] = "late"
+            costs["late"].append(await run(f"long-{j}", late + turn))
+            _PHASE[0] = "early"  # turns 1-5 of a fresh thread, then another
+            costs["early"].append(await run(f"short-{j}-{turn // 5}", turn % 5))
+    _PHASE[0] = "done"
+    return costs
+
+
 async def measure(threads: int, late: int, rounds: int) -> None:
     from threadkeeper.app.application import create_app
     from threadkeeper.app.config import Settings
@@ -100,17 +120,7 @@ async def measure(threads: int, late: int, rounds: int) -> None:
             assert response.status_code == 200, response.text
             return _cpu() - started
 
-        for turn in range(late):
-            for j in range(threads):
-                await run(f"long-{j}", turn)
-        costs: dict[str, list[float]] = {"late": [], "early": []}
-        for turn in range(rounds):
-            for j in range(threads):
-                _PHASE[0] = "late"
-                costs["late"].append(await run(f"long-{j}", late + turn))
-                _PHASE[0] = "early"  # turns 1-5 of a fresh thread, then another
-                costs["early"].append(await run(f"short-{j}-{turn // 5}", turn % 5))
-        _PHASE[0] = "done"
+        costs = await campaign(run, threads, late, rounds)
     late_ms, early_ms = (statistics.median(costs[p]) * 1e3 for p in ("late", "early"))
     print(f"CPU per run, median: turn {late + 1}-{late + rounds} {late_ms:.2f} ms, turns 1-5 ")
     print(f"{early_ms:.2f} ms, ratio {late_ms / early_ms:.3f} ({threads} x {rounds} runs each)")
