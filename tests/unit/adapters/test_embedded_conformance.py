@@ -20,12 +20,6 @@ from threadkeeper.domain.locks import RunFences
 from threadkeeper.domain.runs import RunRecords
 
 
-@pytest.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[EmbeddedBackend]:
-    async with open_embedded(tmp_path / "data") as opened:
-        yield opened
-
-
 class TestEmbeddedRunLock(RunLockConformance):
     @pytest.fixture
     def lock_factory(self, backend: EmbeddedBackend) -> LockFactory:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,6 @@ from threadkeeper.conformance.backend import (
     thread_config,
     transcript_of,
 )
-
-
-@pytest.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[EmbeddedBackend]:
-    async with open_embedded(tmp_path / "data") as opened:
-        yield opened
 
 
 def _db(backend: EmbeddedBackend) -> sqlite3.Connection:

@@ -5,14 +5,10 @@ on PostgreSQL and MySQL in the integration suites)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import msgspec
-import pytest
 from sqlalchemy import insert, select, update
 
-from threadkeeper.adapters.embedded import EmbeddedBackend, open_embedded
+from threadkeeper.adapters.embedded import EmbeddedBackend
 from threadkeeper.adapters.sql import (
     COMPRESSED_RECORD,
     MAX_DEPTH,
@@ -23,12 +19,6 @@ from threadkeeper.adapters.sql import (
     unpack_record,
 )
 from threadkeeper.conformance.run_records import compact_record, record, summary_versions
-
-
-@pytest.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[EmbeddedBackend]:
-    async with open_embedded(tmp_path / "data") as opened:
-        yield opened
 
 
 async def texts_of(backend: EmbeddedBackend, key: str) -> list[tuple[str | None, int, str]]:

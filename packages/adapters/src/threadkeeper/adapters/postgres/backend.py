@@ -41,7 +41,7 @@ from threadkeeper.adapters.serde import checkpoint_serializer
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
 from threadkeeper.adapters.timeouts import answer_within
 from threadkeeper.adapters.transcripts import CheckpointTranscript
-from threadkeeper.adapters.weigh import TABLE_KINDS, TableWeight, ThreadWeigher
+from threadkeeper.adapters.weigh import TableWeight, ThreadWeigher
 from threadkeeper.adapters.written import watch_engine
 from threadkeeper.domain.errors import AtCapacity
 from threadkeeper.domain.storage import StorageUsage
@@ -95,11 +95,6 @@ class FailFastPool(AsyncConnectionPool[Any]):
             raise
 
 
-KINDS: dict[str, str | None] = TABLE_KINDS
-"""The kind of each table keyed by thread (``adapters.weigh``; the message ledger's among
-them)."""
-
-
 def sqlalchemy_url(postgres_url: str) -> str:
     """``postgresql://…`` → SQLAlchemy's ``postgresql+psycopg://…``."""
     url = make_url(postgres_url)
@@ -142,7 +137,7 @@ def _engine(url: str) -> AsyncEngine:
         cursor.close()
         dbapi_connection.commit()  # out of the transaction psycopg began for it
 
-    watch_engine(engine, KINDS)  # a round's bytes written (RoundWork.written)
+    watch_engine(engine)  # a round's bytes written (RoundWork.written)
     return engine
 
 
@@ -220,7 +215,7 @@ class PostgresBackend(RoundsOf):
     """``THREADKEEPER_RATE_LIMIT_PER_MINUTE`` counted where every replica sees it."""
     transcript: CheckpointTranscript
     """The transcript is the checkpoint state."""
-    weigher: ThreadWeigher = field(default_factory=lambda: ThreadWeigher(KINDS))
+    weigher: ThreadWeigher = field(default_factory=ThreadWeigher)
     """The thread's rows in the schema's tables (``storage_usage``)."""
 
     @property
@@ -291,7 +286,7 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
             engine=engine,
             runs=runs,
             fences=fences,
-            rounds=PostgresRoundStore(engine, saver, KINDS),
+            rounds=PostgresRoundStore(engine, saver),
             lock=lock,
             retention=PostgresRetention(saver, store, runs, pool, lock, fences),
             rate_windows=PostgresRateWindows(pool),
