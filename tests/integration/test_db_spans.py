@@ -116,6 +116,15 @@ async def test_database_spans_under_the_run_without_values(
         assert statement, span.name
         if scope(span) == "opentelemetry.instrumentation.redis":
             assert all(w == "?" for line in statement.split("\n") for w in line.split()[1:])
+    if profile == "postgres":  # the round's own statements, on its transaction's connection
+        commits = [s for s in spans if s.name == "threadkeeper.commit"]
+        in_commits = [
+            str((s.attributes or {}).get("db.statement", (s.attributes or {}).get("db.query.text")))
+            for s in database
+            if any(under(s, c, by_id) for c in commits)
+        ]
+        for wanted in ("INSERT INTO checkpoints", "tk_checkpoint_messages", "checkpoints_pruned"):
+            assert any(wanted in st for st in in_commits), (wanted, in_commits)
     exported = json.dumps([json.loads(s.to_json()) for s in spans])
     assert SECRET not in exported
     assert "dental" not in json.dumps([json.loads(s.to_json()) for s in database])

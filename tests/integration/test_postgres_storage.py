@@ -1,4 +1,4 @@
-"""The postgres profile keeps one checkpoint per thread (pruned after each committed run),
+"""The postgres profile keeps one checkpoint per thread (pruned by each round, in its transaction),
 whose state still holds the whole history, each message stored once (``PostgresLedger``):
 storage grows with the transcript, not with its square (docs/storage-postgres.md)."""
 

@@ -462,6 +462,13 @@ class MessageLedger(BaseCheckpointSaver[Any]):
             entry.dirty = False
         return max(deleted, 0)
 
+    def dirty(self, thread_id: str) -> bool:
+        """Whether the thread may have message rows its newest checkpoint does not refer to
+        (this process replaced or dropped a message, or stored rows for a checkpoint that was
+        not stored), not yet deleted."""
+        entry = self._threads.get(thread_id)
+        return entry is not None and entry.dirty
+
     def collected(self, thread_id: str) -> None:
         """The thread's unreferenced rows were deleted by the caller (in its round)."""
         entry = self._threads.get(thread_id)

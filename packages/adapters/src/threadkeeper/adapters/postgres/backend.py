@@ -9,7 +9,8 @@
   per replica, each taken with the thread's claim); a round is one transaction
   (``PostgresRoundStore``) that checks the claim.
 - Each message stored once (``PostgresLedger``, ``ledger.py``): checkpoints hold refs to message
-  rows, and ``after_commit`` prunes the thread to its newest checkpoint.
+  rows, and the round's own transaction prunes the thread to its newest checkpoint
+  (``postgres.rounds``).
 - threadkeeper's own tables (run records, feedback) go through SQLAlchemy (psycopg driver).
 """
 
@@ -235,15 +236,21 @@ class PostgresBackend(RoundsOf):
             return await self.weigher.weights(conn, thread_key)
 
     async def after_commit(self, thread_key: str) -> None:
-        """Keep only the thread's newest checkpoint (its state holds the whole history).
+        """What the round's own prune left (``postgres.rounds._PRUNE``: the thread keeps its
+        newest checkpoint, in the round's transaction): a subgraph's checkpoints, pruned with
+        LangGraph's ``aprune(keep_latest)``, and message rows of a round whose newest checkpoint
+        did not carry the list (``MessageLedger.collect``). Runs under the thread's lock: the
+        prune's REPEATABLE READ transaction must not race another run on the thread.
 
         Each run commits one checkpoint whose message list is a list of refs to message rows
         (``PostgresLedger``); without pruning a thread would keep one such list per run. With it
-        a thread is one checkpoint plus one row per message (docs/storage-postgres.md). Runs
-        under the thread's lock: the prune's REPEATABLE READ transaction must not race another
-        run on the thread.
+        a thread is one checkpoint plus one row per message (docs/storage-postgres.md).
         """
-        await self.saver.aprune([thread_key], strategy="keep_latest")
+        if thread_key in self.rounds.nested:
+            await self.saver.aprune([thread_key], strategy="keep_latest")
+            self.rounds.nested.discard(thread_key)
+        elif self.saver.dirty(thread_key):
+            await self.saver.collect(thread_key)
 
     async def health(self) -> dict[str, str]:
         async def probe() -> None:

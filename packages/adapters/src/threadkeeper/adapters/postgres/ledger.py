@@ -1,18 +1,15 @@
 """The postgres profile's message ledger (``adapters.ledger``): its rows in
 ``tk_checkpoint_messages`` (Alembic 0003), over ``AsyncPostgresSaver``.
 
-A round stores its checkpoint through ``PostgresLedger.aput_in`` on the round's own
+A round stores its checkpoint through ``MessageLedger.refs_in`` on the round's own
 connection (``postgres.rounds``): the new message rows, then the checkpoint with refs, in one
 transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
@@ -122,18 +119,3 @@ class PostgresLedger(MessageLedger):
             hot_threads=hot_threads,
         )
         self.pool = pool
-
-    async def aput_in(
-        self,
-        conn: Any,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> tuple[RunnableConfig, Callable[[], None]]:
-        """``aput`` on ``conn`` (a psycopg connection in the caller's transaction: the round
-        store's, which also checks the run's claim and writes its record); the stored config
-        and the cache update to apply once that transaction has committed."""
-        saver = AsyncPostgresSaver(conn, serde=self.serde)
-        stored = await self.refs_in(conn, config, checkpoint, new_versions)
-        return await saver.aput(config, stored.checkpoint, metadata, new_versions), stored.apply

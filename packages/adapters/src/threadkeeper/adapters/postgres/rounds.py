@@ -14,12 +14,14 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
+from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from threadkeeper.adapters.atomic import StagedPut
+from threadkeeper.adapters.ledger import CHANNEL, refs_of
 from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.rounds import RoundStore, RoundWrite, resolve_in_doubt
 from threadkeeper.adapters.sql import check_claim, insert_record, run_records
@@ -29,13 +31,16 @@ from threadkeeper.adapters.written import count_statement
 log = logging.getLogger(__name__)
 
 
-def counting_cursor(kinds: Mapping[str, str | None]) -> type[AsyncCursor[Any]]:
-    """A psycopg cursor class that adds the parameters of what it executes to the round's
-    count (``adapters.written``): the saver's and the ledger's statements on the round's
-    own connection, which SQLAlchemy's events do not see. A table ``kinds`` does not name is
-    the ledger's (``messages``): LangGraph's are named."""
+def counting_cursor(
+    kinds: Mapping[str, str | None], base: type[AsyncCursor[Any]] = AsyncCursor
+) -> type[AsyncCursor[Any]]:
+    """A psycopg cursor class over ``base`` (the connection's own: the psycopg
+    instrumentation's traced cursor when tracing is on) that adds the parameters of what it
+    executes to the round's count (``adapters.written``): the saver's and the ledger's
+    statements on the round's own connection, which SQLAlchemy's events do not see. A table
+    ``kinds`` does not name is the ledger's (``messages``): LangGraph's are named."""
 
-    class CountingCursor(AsyncCursor[Any]):
+    class CountingCursor(base):  # type: ignore[valid-type,misc]
         async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             count_statement(_text(query), params, kinds=kinds, unknown="messages")
             return await super().execute(query, params, **kwargs)
@@ -53,15 +58,44 @@ def _text(query: Any) -> str:
 
 
 @contextlib.contextmanager
-def counted(raw: Any, cursor: type[AsyncCursor[Any]]) -> Iterator[None]:
-    """``raw``'s cursors count what they send until the block ends."""
+def counted(
+    raw: Any, cursor_for: Callable[[type[AsyncCursor[Any]]], type[AsyncCursor[Any]]]
+) -> Iterator[None]:
+    """``raw``'s cursors count what they send until the block ends (``cursor_for``: the
+    counting class over the connection's own cursor class)."""
     before = raw.cursor_factory
-    raw.cursor_factory = cursor
+    raw.cursor_factory = cursor_for(before)
     try:
         yield
     finally:
         raw.cursor_factory = before
 
+
+_PRUNE = """
+WITH checkpoints_pruned AS (
+    DELETE FROM checkpoints
+    WHERE thread_id = %(thread)s AND checkpoint_ns = '' AND checkpoint_id <> %(head)s
+), head_orphaned AS (
+    UPDATE checkpoints SET parent_checkpoint_id = NULL
+    WHERE thread_id = %(thread)s AND checkpoint_ns = '' AND checkpoint_id = %(head)s
+    AND parent_checkpoint_id IS NOT NULL
+), writes_pruned AS (
+    DELETE FROM checkpoint_writes
+    WHERE thread_id = %(thread)s AND checkpoint_ns = '' AND checkpoint_id <> %(head)s
+)
+DELETE FROM checkpoint_blobs AS b
+WHERE b.thread_id = %(thread)s AND b.checkpoint_ns = ''
+AND NOT EXISTS (
+    SELECT 1 FROM unnest(%(channels)s::text[], %(versions)s::text[]) AS kept(channel, version)
+    WHERE kept.channel = b.channel AND kept.version = b.version
+)
+"""
+"""The thread keeps its newest checkpoint only (its state holds the whole history, as refs
+to the ledger's rows): the older root checkpoints, their writes, and every blob the head's
+``channel_versions`` do not name — what ``aprune(keep_latest)`` leaves of a thread without
+subgraphs or ``DeltaChannel``s, in one statement of the round's own transaction instead of
+eleven after it. The thread's claim row is locked (``check_claim``) and every earlier row of
+the thread is older than the snapshot, so no other writer can add to what it deletes."""
 
 _SESSION = "threadkeeper.session"
 """The key of a pooled connection's server session in its ``info``."""
@@ -76,25 +110,41 @@ class PostgresRoundStore(RoundStore):
     ) -> None:
         self.engine = engine
         self.ledger = ledger
-        self.cursor = counting_cursor(kinds)
+        self.kinds = kinds
+        self.cursors: dict[type[AsyncCursor[Any]], type[AsyncCursor[Any]]] = {}
+        self.nested: set[str] = set()
+        """Threads a round stored a subgraph's checkpoint for: ``after_commit`` prunes them
+        with LangGraph's ``aprune`` (``_PRUNE`` keeps the root namespace's head only)."""
 
     async def commit(self, write: RoundWrite) -> str | None:
         applied: list[Callable[[], None]] = []
+        collect = False
         async with self.engine.connect() as conn:
             try:
                 await check_claim(conn, write.thread_key, write.claim)
                 raw: Any = (await conn.get_raw_connection()).driver_connection
                 session = await self._session(conn)
                 saver = AsyncPostgresSaver(raw, serde=self.ledger.serde)
-                with counted(raw, self.cursor):
+                head: Checkpoint | None = None
+                with counted(raw, self._cursor):
                     for op in write.staging.log:
                         if isinstance(op, StagedPut):
-                            _, apply = await self.ledger.aput_in(
-                                raw, op.config, op.checkpoint, op.metadata, op.new_versions
+                            stored = await self.ledger.refs_in(
+                                raw, op.config, op.checkpoint, op.new_versions
                             )
-                            applied.append(apply)
+                            await saver.aput(
+                                op.config, stored.checkpoint, op.metadata, op.new_versions
+                            )
+                            applied.append(stored.apply)
+                            collect = collect or stored.replaced
+                            if op.config["configurable"].get("checkpoint_ns"):
+                                self.nested.add(write.thread_key)
+                            else:
+                                head = stored.checkpoint
                         else:
                             await saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
+                    if head is not None:
+                        collect = await self._prune(raw, write.thread_key, head, collect)
                 await insert_record(conn, write.stored_record())
             except BaseException:
                 self.ledger.discard(write.thread_key)
@@ -114,7 +164,38 @@ class PostgresRoundStore(RoundStore):
                 return write.checkpoint_id()  # it did commit; the cache reads it back
         for apply in applied:
             apply()
+        if collect:
+            self.ledger.collected(write.thread_key)
         return write.checkpoint_id()
+
+    def _cursor(self, base: type[AsyncCursor[Any]]) -> type[AsyncCursor[Any]]:
+        """The counting cursor class over ``base`` (one per base class)."""
+        cursor = self.cursors.get(base)
+        if cursor is None:
+            cursor = self.cursors[base] = counting_cursor(self.kinds, base)
+        return cursor
+
+    async def _prune(self, raw: Any, thread_key: str, head: Checkpoint, collect: bool) -> bool:
+        """Keep the thread's newest checkpoint only (``_PRUNE``), in the round's transaction;
+        when ``collect`` (a message replaced, or the ledger's mark from an earlier failure) also
+        delete the message rows ``head`` does not refer to. Whether it did delete them (a head
+        that does not carry the list as refs leaves them to ``after_commit``)."""
+        versions = head["channel_versions"]
+        async with raw.cursor() as cursor:
+            await cursor.execute(
+                _PRUNE,
+                {
+                    "thread": thread_key,
+                    "head": str(head["id"]),
+                    "channels": [str(channel) for channel in versions],
+                    "versions": [str(version) for version in versions.values()],
+                },
+            )
+        keep = refs_of(head["channel_values"].get(CHANNEL))
+        if not (collect or self.ledger.dirty(thread_key)) or keep is None:
+            return False
+        await self.ledger.rows.delete_except(thread_key, keep, raw)
+        return True
 
     @staticmethod
     async def _session(conn: Any) -> tuple[int, Any]:
