@@ -8,6 +8,7 @@ user's, and personal data in the human message never reaches a value the plan wo
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from datetime import UTC, datetime
 
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
+from threadkeeper.domain import extraction
 from threadkeeper.domain.extraction import (
     FORMALITY_KEY,
     HOUSEHOLD_KEY,
@@ -38,6 +40,7 @@ from threadkeeper.domain.memory import (
     Provenance,
 )
 from threadkeeper.domain.pii import find_personal_data, is_valid_iranian_national_id
+from threadkeeper.domain.text import fold
 
 T0 = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
 RULES = MemoryRules()
@@ -575,3 +578,60 @@ def test_any_message_gives_only_admissible_closed_vocabulary_items(human: str) -
         else:
             assert item.value in VALUES[item.key]
     assert items == extract_memory(round_of(human))
+
+
+# --- the factored patterns (issue 12) ---------------------------------------------------------
+
+PHRASES = [
+    *(p for product in PRODUCTS for p in (*product.en, *product.fa, *product.zh, *product.bare)),
+    *(p.split()[0] for product in PRODUCTS for p in (*product.en, *product.fa) if " " in p),
+    "dear sir", "could you please", "kind regards", "hey", "haha", "can u", "lol", "شما",
+    "لطفا", "ممنون می شوم", "جناب", "تو", "مرسی", "您", "请问", "嘿", "咋", "insurances",
+    "-", "x", "9", "ی", "ها", "\u200c", " ",
+]  # fmt: skip
+"""Every name the patterns know, first words of the longer ones, and what may touch them."""
+
+
+def _plain_patterns() -> list[tuple[re.Pattern[str], re.Pattern[str]]]:
+    """Each compiled pattern beside its plain form (every alternative with its own lookbehind)."""
+    pairs = [
+        (compiled, re.compile(extraction._product_pattern(product, factored=False)))
+        for product, compiled in extraction._PRODUCT_RES
+    ]
+    pairs += [
+        (compiled, re.compile(extraction._bare_pattern(product, factored=False)))
+        for product, compiled in extraction._BARE_RES
+    ]
+    formal = (*extraction._FA_FORMAL, *extraction._ZH_FORMAL, *extraction._EN_FORMAL)
+    informal = (*extraction._FA_INFORMAL, *extraction._ZH_INFORMAL, *extraction._EN_INFORMAL)
+    pairs.append(
+        (extraction._FORMAL_RE, re.compile(extraction._alternation(formal, factored=False)))
+    )
+    pairs.append(
+        (extraction._INFORMAL_RE, re.compile(extraction._alternation(informal, factored=False)))
+    )
+    return pairs
+
+
+PLAIN = _plain_patterns()
+
+
+def test_the_patterns_are_factored() -> None:
+    """Each run of alternatives that open with the same lookbehind shares one."""
+    lookbehinds = (extraction._EN_BEFORE, extraction._FA_BEFORE)
+
+    def count(pattern: re.Pattern[str]) -> int:
+        return sum(pattern.pattern.count(b) for b in lookbehinds)
+
+    assert all(count(compiled) <= count(plain) for compiled, plain in PLAIN)
+    assert sum(map(count, (c for c, _ in PLAIN))) * 3 < sum(map(count, (p for _, p in PLAIN)))
+
+
+@settings(max_examples=3 * settings().max_examples, deadline=None)
+@given(st.lists(st.sampled_from(PHRASES), max_size=12).map(" ".join), st.booleans())
+def test_a_factored_pattern_matches_what_its_plain_form_does(text: str, joined: bool) -> None:
+    text = fold(text.replace(" ", "") if joined else text)
+    for compiled, plain in PLAIN:
+        assert [m.span() for m in compiled.finditer(text)] == [
+            m.span() for m in plain.finditer(text)
+        ], (plain.pattern[:80], text)

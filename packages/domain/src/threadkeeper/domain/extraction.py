@@ -114,8 +114,30 @@ def _en(phrase: str) -> str:
     return r"[\s-]+".join(words)
 
 
-def _alternation(patterns: Iterable[str]) -> str:
-    return "(?:" + "|".join(patterns) + ")"
+def _alternation(patterns: Iterable[str], *, factored: bool = True) -> str:
+    """``(?:p1|p2|…)``, with each run of consecutive alternatives that open with the same
+    word-boundary lookbehind (``_EN_BEFORE``, ``_FA_BEFORE``) sharing one: ``B(?:r1|r2)``.
+    The two match alike (a lookbehind only looks at the position, and the alternatives keep
+    their order), but the shared one is tried once per position instead of once per
+    alternative and leaves the engine a literal prefix to skip by: 5–12× faster on a
+    message (issue 12; ``factored=False`` gives the plain form the tests compare with)."""
+    items = list(patterns)
+    if not factored:
+        return "(?:" + "|".join(items) + ")"
+    parts: list[str] = []
+    index = 0
+    while index < len(items):
+        lead = next((b for b in (_EN_BEFORE, _FA_BEFORE) if items[index].startswith(b)), None)
+        if lead is None:
+            parts.append(items[index])
+            index += 1
+            continue
+        run: list[str] = []
+        while index < len(items) and items[index].startswith(lead):
+            run.append(items[index][len(lead) :])
+            index += 1
+        parts.append(lead + "(?:" + "|".join(run) + ")")
+    return "(?:" + "|".join(parts) + ")"
 
 
 # ============================================================================================
@@ -420,7 +442,7 @@ PRODUCTS: Final[tuple[Product, ...]] = (
 _FA_INSURANCE_LEAD: Final = r"بیمه(?:\s*نامه)?(?:\s*(?:های|ها|ای|ی))?\s*"
 
 
-def _product_pattern(product: Product) -> str:
+def _product_pattern(product: Product, *, factored: bool = True) -> str:
     names: list[str] = []
     for phrase in product.en:
         names.append(_EN_BEFORE + _en(phrase) + r"(?:s|es)?" + _EN_AFTER)
@@ -429,10 +451,10 @@ def _product_pattern(product: Product) -> str:
         body = _FA_INSURANCE_LEAD + _fa(rest) if head == "بیمه" else _fa(phrase)
         names.append(_FA_BEFORE + body)  # any suffix may follow: بیمه عمرم, بیمه تکمیلی‌ام
     names.extend(re.escape(phrase) for phrase in product.zh)
-    return _alternation(names)
+    return _alternation(names, factored=factored)
 
 
-def _bare_pattern(product: Product) -> str:
+def _bare_pattern(product: Product, *, factored: bool = True) -> str:
     topics: list[str] = []
     for topic in product.bare:
         if topic.isascii():
@@ -441,7 +463,7 @@ def _bare_pattern(product: Product) -> str:
             topics.append(_FA_BEFORE + _fa(topic))
         else:
             topics.append(re.escape(topic))
-    return _alternation(topics)
+    return _alternation(topics, factored=factored)
 
 
 _PRODUCT_RES: Final = tuple(
