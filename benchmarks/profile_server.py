@@ -8,6 +8,7 @@ flight while ``py-spy record --gil`` samples the server, and writes
 * ``<out>.md`` — the server's CPU per run (``/proc/<pid>/stat``) and the samples by area
   (the innermost frame that names an area) and by threadkeeper function.
 
+``--profile postgres`` runs it on a fresh schema of the test server (``tests.support``).
 ``--long N`` instead runs one thread of N turns and samples its last turns (what grows with
 the thread). Reproduce the figures in docs/benchmarks.md with::
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import random
 import re
@@ -170,11 +172,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+TOKEN = "profile-service-token"
+"""The service token of a server profile (postgres)."""
+
+
 async def drive(url: str, threads: int, turns: int, concurrency: int) -> int:
     gate = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(
-        base_url=url, timeout=120, headers={"X-Tenant-Id": "bench", "Accept": "application/json"}
-    ) as client:
+    headers = {"X-Tenant-Id": "bench", "Accept": "application/json"}
+    if os.environ.get("THREADKEEPER_SERVICE_TOKEN") == TOKEN:
+        headers["Authorization"] = f"Bearer {TOKEN}"
+    async with httpx.AsyncClient(base_url=url, timeout=120, headers=headers) as client:
 
         async def one(index: int) -> int:
             rng, thread = random.Random(index), f"p-{index}-{time.monotonic_ns()}"
@@ -279,6 +286,18 @@ def main() -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
+    with contextlib.ExitStack() as stack:
+        if args.profile == "postgres" and "THREADKEEPER_POSTGRES_URL" not in os.environ:
+            from tests.support.postgres import fresh_schema
+
+            os.environ["THREADKEEPER_POSTGRES_URL"] = stack.enter_context(fresh_schema())
+            os.environ["THREADKEEPER_SERVICE_TOKEN"] = TOKEN
+        elif args.profile not in ("embedded", "postgres"):
+            parser.error("--profile: embedded, or postgres (a fresh schema of the test server)")
+        return profile(args)
+
+
+def profile(args: argparse.Namespace) -> int:
     py_spy = shutil.which("py-spy") or str(Path.home() / ".local/bin/py-spy")
     port, data = free_port(), tempfile.mkdtemp(prefix="tk-profile-")
     env = {**os.environ, "THREADKEEPER_PROFILE": args.profile, "THREADKEEPER_DATA_DIR": data}
