@@ -171,3 +171,30 @@ async def test_a_subgraphs_checkpoints_are_left_to_the_upkeep(url: str) -> None:
             assert len(namespaces) - 1 <= 1, f"one checkpoint per subgraph namespace: {namespaces}"
         state = await graph.aget_state(config)
         assert [m.type for m in state.values["messages"]] == ["human", "ai"] * 2
+
+
+async def test_a_round_whose_prune_fails_stores_nothing(backend: Any, url: str) -> None:
+    """The prune is part of the round: when it fails, the round is not stored — the thread
+    keeps its head, its rows and its transcript — and the next round prunes as usual."""
+    ref = new_ref()
+    first = await store_round(backend, ref, Turn.make(0))
+    before = _thread_rows(url, ref.key)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION tk_refuse_deletes() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'delete refused by the test'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER tk_refuse_deletes BEFORE DELETE ON checkpoint_blobs "
+            "FOR EACH ROW EXECUTE FUNCTION tk_refuse_deletes()"
+        )
+    with pytest.raises(psycopg.errors.RaiseException, match="delete refused"):
+        await store_round(backend, ref, Turn.make(1))
+    assert _thread_rows(url, ref.key) == before
+    assert await backend.runs.get(ref.key, first.record.run_id) == first.record
+    assert await transcript_of(backend, ref) == expected(first.turn)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER tk_refuse_deletes ON checkpoint_blobs")
+    again = await store_round(backend, ref, Turn.make(2))
+    _assert_pruned(url, ref.key, again.head)
+    assert await transcript_of(backend, ref) == expected(first.turn, again.turn)
