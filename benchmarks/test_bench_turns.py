@@ -37,8 +37,9 @@ FLAT_MAX_RATIO = 1.2
 FULL_FLAT_UNMET = (
     "issue 12 open: at 200 turns a turn still costs more than at 10 (the window has grown to the "
     "budget, and LangGraph's and LangChain's own passes over the whole history remain: "
-    "add_messages on each of the run's three merges into the messages channel, "
-    "create_agent's invalid-tool-call patch per model call; the checkpoint's messages are "
+    "the messages channel's id index built once per run from the loaded list "
+    "(app.state.merge_messages keeps it for the run's later merges), create_agent's "
+    "invalid-tool-call patch per model call; the checkpoint's messages are "
     "stored once on postgres and embedded, redis-mysql's Redis copy is bounded by compaction; "
     "docs/benchmarks.md, 'Flat turns')"
 )

@@ -21,13 +21,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, Required, cast
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
+    AnyMessage,
     BaseMessage,
     HumanMessage,
     SystemMessage,
@@ -43,6 +44,7 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Command
 from opentelemetry import trace as otel_trace
 
+from threadkeeper.app.state import merge_messages
 from threadkeeper.app.stored import load_memory
 from threadkeeper.app.telemetry import (
     ModelCallTracing,
@@ -112,6 +114,8 @@ def observe_event(event: str) -> None:
 
 
 class AgentState(ThreadState):
+    messages: Required[Annotated[list[AnyMessage], merge_messages]]
+    """``add_messages``' merge without its passes over the whole history (``app.state``)."""
     retrieved: NotRequired[Annotated[list[dict[str, Any]], UntrackedValue]]
     """This run's retrieved chunks (``chunk_id``, ``doc_id``, ``title``, ``text``)."""
     memory: NotRequired[Annotated[list[dict[str, Any]], UntrackedValue]]
@@ -351,5 +355,6 @@ def build_agent(
         ],
         checkpointer=checkpointer,
         store=store,
+        state_schema=AgentState,
         name="threadkeeper",
     )

@@ -1,0 +1,87 @@
+"""The agent state's messages channel reducer: :func:`merge_messages` is LangGraph's
+``add_messages`` without its passes over the whole history on every merge (the agent's
+``AgentState`` declares it, ``app.agent``).
+
+``add_messages`` coerces the left list, checks every message for an id and builds an id →
+position index of the whole list, on each of a run's four merges into the channel: at 400
+messages the run's largest cost that grows with the thread (issue 12; ``turn_growth.py``,
+"channel merges"). :func:`merge_messages` keeps the index of the list it returned, and the
+next merge — whose left side is that very list — reuses it: the merge costs the new messages
+plus a copy of the list and a comparison with its copy, both done in C, instead of Python
+passes over the history.
+
+A kept index is used only for the very list it was made for, unchanged element by element
+since; a message changed in place (its id reassigned) would not be noticed — messages are
+values here, as the checkpoint serializer's memo and the message ledger already assume.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from langchain_core.messages import BaseMessage, BaseMessageChunk, RemoveMessage
+from langgraph.graph.message import add_messages
+
+_KEPT = 256
+"""Indexes kept: one per thread whose run is in flight in this process, with room to spare."""
+
+_INDEXES: dict[int, tuple[list[Any], list[Any], dict[str, int]]] = {}
+"""``id(merged)`` → (the merged list, a copy of it as returned, its id → position index)."""
+
+
+def _plain(messages: list[Any]) -> bool:
+    """Messages ``add_messages`` would leave as they are (no dicts, strings or chunks to
+    coerce, no removals)."""
+    return all(
+        issubclass(kind, BaseMessage)
+        and not issubclass(kind, BaseMessageChunk)
+        and not issubclass(kind, RemoveMessage)
+        for kind in set(map(type, messages))
+    )
+
+
+def _index_of(left: list[Any]) -> dict[str, int] | None:
+    """The id → position index of ``left`` — the one kept for it when ``left`` is a list this
+    function returned and is unchanged since (compared element by element, by identity first,
+    in C) — or ``None`` where ``add_messages`` must do the merge (a message without an id,
+    which it would give one)."""
+    known = _INDEXES.get(id(left))
+    if known is not None and known[0] is left and known[1] == left:
+        return known[2].copy()  # left may be merged again (a conditional edge's fresh read)
+    if not _plain(left):
+        return None
+    index = {m.id: i for i, m in enumerate(left)}
+    return None if None in index else index
+
+
+def merge_messages(left: Any, right: Any) -> Any:
+    """``add_messages(left, right)``: the same list, the same message objects, the same ids
+    given to new messages that had none. Delegates to ``add_messages`` for anything but plain
+    messages with ids on the left and plain messages on the right (``RemoveMessage``, dicts,
+    chunks)."""
+    if not isinstance(right, list):
+        right = [right]
+    if not isinstance(left, list) or not _plain(right):
+        return add_messages(left, right)
+    index = _index_of(left)
+    if index is None:
+        return add_messages(left, right)
+    for message in right:  # as add_messages does: a new message gets an id
+        if message.id is None:
+            message.id = str(uuid.uuid4())
+    merged = left.copy()
+    for message in right:
+        position = index.get(message.id)
+        if position is None:
+            index[message.id] = len(merged)
+            merged.append(message)
+        else:
+            merged[position] = message
+    if len(_INDEXES) >= _KEPT:
+        _INDEXES.clear()
+    _INDEXES[id(merged)] = (merged, merged.copy(), index)
+    return merged
+
+
+__all__ = ["merge_messages"]
