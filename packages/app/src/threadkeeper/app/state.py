@@ -3,8 +3,9 @@
 ``AgentState`` declares it, ``app.agent``).
 
 ``add_messages`` coerces the left list, checks every message for an id and builds an id →
-position index of the whole list, on each of a run's four merges into the channel: at 400
-messages the run's largest cost that grows with the thread (issue 12; ``turn_growth.py``,
+position index of the whole list, on each merge into the channel (three a run: the input,
+the model's answer, and the routing edge's fresh read of that answer): at 400 messages the
+run's largest cost that grows with the thread (issue 12; ``turn_growth.py``,
 "channel merges"). :func:`merge_messages` keeps the index of the list it returned, and the
 next merge — whose left side is that very list — reuses it: the merge costs the new messages
 plus a copy of the list and a comparison with its copy, both done in C, instead of Python
