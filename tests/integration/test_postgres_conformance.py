@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,12 +36,6 @@ from threadkeeper.domain.runs import RunRecords
 from threadkeeper.domain.threads import ThreadRef
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def url() -> Iterator[str]:
-    with fresh_schema() as migrated:
-        yield migrated
 
 
 @pytest.fixture

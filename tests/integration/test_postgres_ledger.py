@@ -5,7 +5,7 @@ cold cache, after a replaced message, a legacy checkpoint, a failed write and de
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -19,7 +19,6 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg_pool import AsyncConnectionPool
 
-from tests.support.postgres import fresh_schema
 from tests.support.scripted_model import ScriptedChatModel
 from threadkeeper.adapters import ledger_codec as codec
 from threadkeeper.adapters import migrations
@@ -34,12 +33,6 @@ from threadkeeper.adapters.postgres.ledger import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def url() -> Iterator[str]:
-    with fresh_schema() as migrated:
-        yield migrated
 
 
 @pytest.fixture

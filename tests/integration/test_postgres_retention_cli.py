@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,17 +16,10 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from tests.api.conftest import TOKEN, Servers, headers_for, run, settings_for
-from tests.support.postgres import fresh_schema
 from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
 from threadkeeper.app.application import create_app
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def url() -> Iterator[str]:
-    with fresh_schema() as migrated:
-        yield migrated
 
 
 def retention(url: str, tmp: Path, *args: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ statements on every run's path to its answer). A subgraph's checkpoints are stil
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -16,7 +16,6 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from tests.support.postgres import fresh_schema
 from threadkeeper.adapters.ledger import CHANNEL, TABLE, refs_of
 from threadkeeper.adapters.postgres import PROFILE as POSTGRES
 from threadkeeper.adapters.postgres.settings import PostgresSettings
@@ -38,12 +37,6 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def url() -> Iterator[str]:
-    with fresh_schema() as migrated:
-        yield migrated
-
-
-@pytest.fixture
 async def backend(url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
     """The postgres backend with its upkeep (``after_commit``) switched off."""
     async with POSTGRES.open(PostgresSettings(postgres_url=url)) as opened:
@@ -55,32 +48,23 @@ async def backend(url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[An
         yield opened
 
 
+_ROWS = {
+    "checkpoints": "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint "
+    "FROM checkpoints WHERE thread_id = %s",
+    "writes": "SELECT DISTINCT checkpoint_ns, checkpoint_id FROM checkpoint_writes "
+    "WHERE thread_id = %s",
+    "blobs": "SELECT checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs "
+    "WHERE thread_id = %s",
+    "rows": f"SELECT seq FROM {TABLE} WHERE thread_id = %s ORDER BY seq",
+}
+"""What a thread keeps, by table (the checkpoint tables' and the ledger's rows)."""
+
+
 def _thread_rows(url: str, thread: str) -> dict[str, Any]:
     with psycopg.connect(url) as conn:
-        checkpoints = conn.execute(
-            "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint "
-            "FROM checkpoints WHERE thread_id = %s",
-            (thread,),
-        ).fetchall()
-        writes = conn.execute(
-            "SELECT DISTINCT checkpoint_ns, checkpoint_id FROM checkpoint_writes "
-            "WHERE thread_id = %s",
-            (thread,),
-        ).fetchall()
-        blobs = conn.execute(
-            "SELECT checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs "
-            "WHERE thread_id = %s",
-            (thread,),
-        ).fetchall()
-        rows = conn.execute(
-            f"SELECT seq FROM {TABLE} WHERE thread_id = %s ORDER BY seq", (thread,)
-        ).fetchall()
-    return {
-        "checkpoints": checkpoints,
-        "writes": writes,
-        "blobs": blobs,
-        "rows": [int(seq) for (seq,) in rows],
-    }
+        found = {name: conn.execute(sql, (thread,)).fetchall() for name, sql in _ROWS.items()}
+    found["rows"] = [int(seq) for (seq,) in found["rows"]]
+    return found
 
 
 def _assert_pruned(url: str, thread: str, head: str | None) -> None:

@@ -4,7 +4,6 @@ storage grows with the transcript, not with its square (docs/storage-postgres.md
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -12,7 +11,6 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from tests.api.conftest import Servers, headers_for, run, settings_for
-from tests.support.postgres import fresh_schema
 from threadkeeper.adapters import ledger_codec as codec
 from threadkeeper.adapters.postgres.ledger import TABLE
 from threadkeeper.adapters.serde import checkpoint_serializer
@@ -20,12 +18,6 @@ from threadkeeper.app.application import create_app
 
 pytestmark = pytest.mark.integration
 TURNS = 12
-
-
-@pytest.fixture
-def url() -> Iterator[str]:
-    with fresh_schema() as migrated:
-        yield migrated
 
 
 async def test_one_checkpoint_per_thread_and_the_whole_history(url: str, tmp_path: Path) -> None:

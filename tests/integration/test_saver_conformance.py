@@ -6,7 +6,7 @@ Outside a run's staging the wrapper must behave exactly like the saver it wraps.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,6 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from tests.support.postgres import fresh_schema
 from tests.support.redis_stack import private_redis
 from threadkeeper.adapters.atomic import AtomicSaver
 from threadkeeper.adapters.postgres import _pool
@@ -25,12 +24,6 @@ from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.redis_mysql import HealingRedisSaver
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def url() -> Iterator[str]:
-    with fresh_schema() as migrated:
-        yield migrated
 
 
 async def test_atomic_saver_over_postgres_conforms(url: str) -> None:
