@@ -10,8 +10,11 @@ Pure: the policy reads the persisted history and returns a selection; it never m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
 from typing import Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -54,6 +57,7 @@ class HistoryPolicy(Protocol):
     """Chooses the model's window from the full history under a token budget."""
 
     counter: TokenCounter
+    _turns: TurnIndexes = field(default_factory=lambda: TurnIndexes(), repr=False, compare=False)
 
     def window(
         self,
@@ -62,8 +66,11 @@ class HistoryPolicy(Protocol):
         budget: int,
         system: str = "",
         summary: str | None = None,
+        first: int = 0,
     ) -> Window:
-        """The newest turns that fit, with the system prompt and summary.
+        """The newest turns that fit, with the system prompt and summary; the messages before
+        ``first`` (those the summary covers) are not candidates — as if the history began at
+        ``first``, but ``Window.start`` counts from the history's start.
 
         Raises:
             MessageTooLarge: the newest human message alone exceeds ``budget``.
@@ -129,6 +136,7 @@ class TurnWindowPolicy:
     """
 
     counter: TokenCounter
+    _turns: TurnIndexes = field(default_factory=lambda: TurnIndexes(), repr=False, compare=False)
 
     def window(
         self,
@@ -137,10 +145,13 @@ class TurnWindowPolicy:
         budget: int,
         system: str = "",
         summary: str | None = None,
+        first: int = 0,
     ) -> Window:
         count = self.counter.count
         fixed = REPLY_PRIMING + self.counter.count_system(system)
         newest = _last_human_index(history)
+        if newest is not None and newest < first:
+            newest = None
         if newest is None:
             if fixed > budget:
                 raise ContextOverflow(fixed, budget)
@@ -193,43 +204,194 @@ class TurnWindowPolicy:
                 counter=self.counter.name,
             )
 
-        # The whole newest turn fits; take older turns whole, newest first, while they fit.
-        # One pass back over the history: a late turn's window is most of it (issue 12).
-        turns: list[Sequence[BaseMessage]] = []
-        start = end = newest
-        cost, steps_in_turn = 0, False
-        for begin in range(newest - 1, -1, -1):
-            message = history[begin]
-            if not isinstance(message, HumanMessage):
-                cost += count(message)
-                steps_in_turn = (
-                    steps_in_turn
-                    or isinstance(message, ToolMessage)
-                    or bool(isinstance(message, AIMessage) and message.tool_calls)
-                )
-                continue
-            if steps_in_turn:
-                turn, turn_omitted = _whole_turn(history, begin, end)
-                cost = sum(count(m) for m in turn)
-            else:
-                turn, turn_omitted = history[begin:end], 0
-                cost += count(message)
-            if used + cost > budget:
-                break
-            used += cost
-            turns.append(turn)
-            omitted += turn_omitted
-            start = end = begin
-            cost, steps_in_turn = 0, False
+        # The whole newest turn fits; take older turns whole, newest first, while they fit:
+        # from the thread's turn index, which a late turn extends by its new turns only, so a
+        # late turn's window costs no pass over the history (issue 12). The whole history is
+        # indexed, ``first`` or not: a rolling summary moves ``first`` every turn.
+        indexed = self._turns.of(history, newest, count)
+        oldest = max(indexed.first_fitting(budget - used), bisect_left(indexed.begins, first))
+        used += indexed.cost_from(oldest)
+        omitted += indexed.omitted_from(oldest)
         return Window(
-            (*(m for turn in reversed(turns) for m in turn), human, *tail),
+            (*indexed.messages_from(oldest, history, newest), human, *tail),
             summary=summary,
             tokens=used,
             budget=budget,
-            start=start,
+            start=indexed.begins[oldest] if oldest < len(indexed.begins) else newest,
             omitted=omitted,
             counter=self.counter.name,
         )
+
+
+_INDEXED_THREADS = 256
+"""Histories a :class:`TurnIndexes` keeps an index of (one per thread in flight, and then
+some); when full it is emptied, as the other per-message memos are."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnIndex:
+    """The whole turns of ``history[:end]`` that a window may take, oldest first.
+
+    A turn runs from a human message to the next (``end`` is a human message's index, the
+    newest turn's); turns with tool steps are the turn without its orphans (``_whole_turn``).
+    ``prefix[i]`` is the cost of turns ``0 .. i - 1``, so the turns from ``i`` on cost
+    ``prefix[-1] - prefix[i]``: the window's older turns are the longest run of newest turns
+    whose cost fits, found by bisection instead of a pass back over the history.
+    """
+
+    messages: tuple[BaseMessage, ...]
+    """``history[:end + 1]`` as indexed: the same objects in the same places make it valid."""
+    contents: tuple[object, ...]
+    """Each of ``messages``' content and tool calls when indexed (an assignment replaces them)."""
+    begins: tuple[int, ...]
+    """Each turn's human message, in the history."""
+    prefix: tuple[int, ...]
+    """Cost of the turns before each turn, and of all of them last (``len(begins) + 1``)."""
+    omitted: tuple[int, ...]
+    """Messages the turns before each turn leave out, as ``prefix`` (orphans, unanswered)."""
+    whole: dict[int, tuple[int, ...]]
+    """The turns that are not a plain slice of the history (orphans left out), by position:
+    the indexes of the messages they keep."""
+
+    @property
+    def end(self) -> int:
+        return len(self.messages) - 1
+
+    def first_fitting(self, room: int) -> int:
+        """The oldest turn such that it and every newer one cost at most ``room`` together."""
+        return bisect_left(self.prefix, self.prefix[-1] - room, 0, len(self.begins))
+
+    def cost_from(self, first: int) -> int:
+        return self.prefix[-1] - self.prefix[first]
+
+    def omitted_from(self, first: int) -> int:
+        return self.omitted[-1] - self.omitted[first]
+
+    def messages_from(
+        self, first: int, history: Sequence[BaseMessage], newest: int
+    ) -> tuple[BaseMessage, ...]:
+        """The messages of turns ``first ..`` of ``history``, oldest first (the newest human
+        message and the steps after it are the caller's)."""
+        if first >= len(self.begins):
+            return ()
+        begin = self.begins[first]
+        if not self.whole or next(reversed(self.whole)) < first:  # plain turns: one slice
+            return tuple(history[begin:newest])
+        ends = (*self.begins[first + 1 :], newest)
+        out: list[BaseMessage] = []
+        for at, stop in zip(range(first, len(self.begins)), ends, strict=True):
+            kept = self.whole.get(at)
+            if kept is None:
+                out.extend(history[self.begins[at] : stop])
+            else:
+                out.extend(history[i] for i in kept)
+        return tuple(out)
+
+
+_CONTENT = attrgetter("content")
+_FIELDS = attrgetter("__dict__")
+
+
+def _contents(messages: Sequence[BaseMessage]) -> tuple[object, ...]:
+    """What each message's count depends on besides the object: its content, then the tool
+    calls of each (``None`` for a message without the field), in two C-level passes."""
+    return (
+        *map(_CONTENT, messages),
+        *map(dict.get, map(_FIELDS, messages), repeat("tool_calls")),
+    )
+
+
+class TurnIndexes:
+    """A :class:`TurnIndex` per history, found again by the history's first message and
+    extended by the turns a later call's history adds after the indexed ones.
+
+    An index is used only for a history whose first ``end + 1`` messages are the very objects
+    it indexed, with the same content and tool calls (messages are values; a message replaced
+    or given new content, a shorter or rewritten history, is indexed afresh). Indexes are
+    replaced, never changed in place, so a reader never sees one half extended.
+    """
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: dict[int, TurnIndex] = {}
+
+    def of(
+        self, history: Sequence[BaseMessage], newest: int, count: Callable[[BaseMessage], int]
+    ) -> TurnIndex:
+        """The index of the turns of ``history[:newest]`` (``newest``: the newest human
+        message's index)."""
+        if newest == 0:
+            return _EMPTY
+        key = id(history[0])
+        known = self._known.get(key)
+        if known is not None and not self._valid(known, history, newest):
+            known = None
+        if known is not None and known.end == newest:
+            return known
+        index = _extend(known, history, newest, count)
+        if len(self._known) >= _INDEXED_THREADS:
+            self._known.clear()
+        self._known[key] = index
+        return index
+
+    @staticmethod
+    def _valid(index: TurnIndex, history: Sequence[BaseMessage], newest: int) -> bool:
+        end = index.end
+        if end > newest:
+            return False
+        part = tuple(history[: end + 1])
+        return part == index.messages and _contents(part) == index.contents
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
+_EMPTY = TurnIndex((), (), (), (0,), (0,), {})
+
+
+def _extend(
+    known: TurnIndex | None,
+    history: Sequence[BaseMessage],
+    newest: int,
+    count: Callable[[BaseMessage], int],
+) -> TurnIndex:
+    """``known`` (or nothing) extended by the turns of ``history`` up to ``newest``."""
+    if known is None:  # messages before the first human one are never shown: no turn
+        start = 0
+        begins: list[int] = []
+        prefix, omitted = [0], [0]
+        whole: dict[int, tuple[int, ...]] = {}
+    else:
+        start = known.end
+        begins, prefix = list(known.begins), list(known.prefix)
+        omitted, whole = list(known.omitted), dict(known.whole)
+    humans = [i for i in range(start, newest) if isinstance(history[i], HumanMessage)]
+    for begin, end in zip(humans, [*humans[1:], newest][: len(humans)], strict=True):
+        turn: Sequence[BaseMessage] = history[begin:end]
+        turn_omitted = 0
+        if any(
+            isinstance(m, ToolMessage) or (isinstance(m, AIMessage) and m.tool_calls) for m in turn
+        ):
+            turn, turn_omitted = _whole_turn(history, begin, end)
+            positions = {id(m): i for i, m in enumerate(history[begin:end], begin)}
+            whole[len(begins)] = tuple(positions[id(m)] for m in turn)
+        begins.append(begin)
+        prefix.append(prefix[-1] + sum(map(count, turn)))
+        omitted.append(omitted[-1] + turn_omitted)
+    part = tuple(history[: newest + 1])
+    if known is None:
+        contents = _contents(part)
+    else:  # the indexed part's, checked by ``TurnIndexes._valid``, and the new messages'
+        new = _contents(part[known.end + 1 :])
+        half, new_half = len(known.messages), len(new) // 2
+        contents = (
+            *known.contents[:half],
+            *new[:new_half],
+            *known.contents[half:],
+            *new[new_half:],
+        )
+    return TurnIndex(part, contents, tuple(begins), tuple(prefix), tuple(omitted), whole)
 
 
 def _whole_turn(

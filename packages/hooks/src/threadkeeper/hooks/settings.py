@@ -46,6 +46,9 @@ class HookSettings:
     """Called when a hook folds older turns into the summary or compacts the history
     (metrics)."""
 
+    _policy: TurnWindowPolicy | None = field(default=None, init=False, repr=False, compare=False)
+    """The policy of ``counter``, kept: it keeps each thread's turn index between runs."""
+
     def note(self, event: HookEvent) -> None:
         """Report ``event`` to ``on_event``, if anyone listens."""
         if self.on_event is not None:
@@ -65,7 +68,11 @@ class HookSettings:
 
     @property
     def policy(self) -> TurnWindowPolicy:
-        return TurnWindowPolicy(self.counter)
+        """The one policy of ``counter`` (made again if the counter is replaced)."""
+        policy = self._policy
+        if policy is None or policy.counter is not self.counter:
+            policy = self._policy = TurnWindowPolicy(self.counter)
+        return policy
 
     @property
     def summary_tokens(self) -> int:

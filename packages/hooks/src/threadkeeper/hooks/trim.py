@@ -33,15 +33,15 @@ def after_summary(messages: Sequence[AnyMessage], summary: Summary | None) -> in
 def before_trim(
     settings: HookSettings,
     window: Window,
-    uncovered: Sequence[AnyMessage],
+    dropped: Sequence[AnyMessage],
     summary: Summary | None,
 ) -> int:
-    """Tokens of what the window was chosen from: the window, the messages it dropped from
-    the ``uncovered`` ones (those the summary does not cover) and a summary it dropped.
-    Counts are cached per message: a lookup each, no tokenizing."""
+    """Tokens of what the window was chosen from: the window, the ``dropped`` messages (those
+    the summary does not cover, before the window) and a summary it dropped. Counts are cached
+    per message: a lookup each, no tokenizing."""
     tokens = window.tokens
     count = settings.counter.count
-    tokens += sum(count(m) for m in uncovered[: window.start])
+    tokens += sum(count(m) for m in dropped)
     if summary is not None and window.summary is None:
         tokens += settings.counter.count_system(summary.text)
     return tokens
@@ -57,15 +57,15 @@ def show_window(settings: HookSettings, request: ModelRequest[Any]) -> ModelRequ
     summary = Summary.from_state(state_summary(request.state))
     begin = after_summary(request.messages, summary)
     window = settings.policy.window(
-        request.messages[begin:],
+        request.messages,
         budget=settings.budget,
         system=system_text(request.system_message),
         summary=summary.text if summary else None,
+        first=begin,
     )
     window = dataclasses.replace(
         window,
-        start=window.start + begin,
-        before_trim=before_trim(settings, window, request.messages[begin:], summary),
+        before_trim=before_trim(settings, window, request.messages[begin : window.start], summary),
     )
     if settings.observer is not None:
         settings.observer(window)
