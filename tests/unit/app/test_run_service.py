@@ -248,6 +248,56 @@ async def test_a_failing_model_leaves_the_thread_exactly_as_it_was(
     assert await head(backend, service.threads.ref(CALLER, fresh).key) is None
 
 
+class SlowRelease:
+    """The backend's lock, whose release takes a while (a lock in Redis: a round trip)."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.released: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def _hold(self, thread_key: str, run_id: str, **kw: str) -> Any:
+        async with self.lock.hold(thread_key, run_id, **kw) as token:
+            try:
+                yield token
+            finally:
+                await asyncio.sleep(0.05)
+        self.released.append(run_id)
+
+    def hold(self, thread_key: str, run_id: str, **kw: str) -> Any:
+        return self._hold(thread_key, run_id, **kw)
+
+    async def holder(self, thread_key: str) -> str | None:
+        return await self.lock.holder(thread_key)
+
+
+async def test_a_failed_run_is_answered_once_the_thread_is_free(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    """The caller learns of the failure after the thread's lock is released — as ``end``
+    comes after it — so the retry it sends at once is not refused as busy."""
+    model = ScriptedChatModel(default=ANSWER)
+    lock = backend.lock = SlowRelease(backend.lock)
+    service = service_with(model, backend, memory_profile)
+    name = thread()
+    model.script.append(failing)
+    failed = await service.start_run(CALLER, name, request())
+    with pytest.raises(DomainError):
+        await failed.result()
+    assert lock.released == [failed.run_id]
+    retry = await service.start_run(CALLER, name, request())  # not ThreadBusy
+    assert (await retry.result()).status == "answered"
+
+    model.script.append(failing)
+    streamed = await service.start_run(CALLER, name, request("And braces?"))
+    assert isinstance(streamed, LiveRun)
+    with pytest.raises(DomainError):  # what the HTTP layer sends as `error`
+        async for _ in streamed.events():
+            pass
+    assert streamed.run_id in lock.released, "`error` was sent before the release"
+    await service.wait_idle()
+
+
 async def test_closing_the_event_stream_cancels_the_run_and_stores_nothing(
     backend: InMemoryBackend, memory_profile: str
 ) -> None:

@@ -6,7 +6,8 @@ run's queue under the run's deadline, the outcome read from the final state, the
 (``RoundWork.store``: archive, checkpoints and run record in the profile's order, then
 upkeep); then memory; then the thread's lock is released; only then is ``end`` sent (or the
 JSON body returned). A run that ends any other way — the SSE client gone, an error, a crash —
-leaves the thread as it was.
+leaves the thread as it was, and its ``error`` (or problem) too is sent only once the lock is
+released.
 """
 
 from __future__ import annotations
@@ -216,6 +217,7 @@ class RunExecutor:
         trace = RunTrace(conversation_id=conversation)  # traced() named the thread
         current_trace.set(trace)
         outcome = None
+        failure: DomainError | None = None
         try:
             await run.queue.put(
                 RunEvent("metadata", {"run_id": run.run_id, "thread_id": ref.thread_id})
@@ -273,11 +275,10 @@ class RunExecutor:
                     ref, human, outcome.message.content, run.run_id, started.claim
                 )
         except asyncio.CancelledError:
-            failure: DomainError = RunFailed("the run was cancelled")
+            failure = RunFailed("the run was cancelled")
             if self.draining():
                 failure = Unavailable("the service is shutting down; nothing was stored")
             self._count_failure(started, failure)
-            run.fail(failure)  # an SSE client still there gets `error`
             raise
         except Exception as exc:
             failure = run_failure(exc)
@@ -287,10 +288,14 @@ class RunExecutor:
                 log.warning("run %s on %s: %s", run.run_id, log_name(ref.key), failure)
             outcome = None
             self._count_failure(started, failure)
-            run.fail(failure)
         finally:
-            with contextlib.suppress(Exception):
-                await started.hold.__aexit__(None, None, None)  # released before `end` is sent
+            try:
+                with contextlib.suppress(Exception):
+                    # released before `end` or `error` is sent: a caller's next run is not busy
+                    await started.hold.__aexit__(None, None, None)
+            finally:
+                if failure is not None:
+                    run.fail(failure)  # an SSE client still there gets `error`
             if outcome is not None:
                 self._record(started, outcome.status, 200)
                 run.succeed(outcome)
