@@ -57,6 +57,7 @@ OPERATION = st.one_of(
     st.tuples(st.just("append"), MESSAGE),
     st.tuples(st.just("replace"), st.integers(0, 30), MESSAGE),
     st.tuples(st.just("delete"), st.integers(0, 30)),
+    st.tuples(st.just("read-back"), st.booleans()),
 )
 
 
@@ -88,6 +89,9 @@ def _replay(reducer: Any, start: list[tuple[str, int]], operations: list[Any]) -
                         current[operation[1] % len(current)] = message
                 elif name == "delete" and current:
                     del current[operation[1] % len(current)]
+                elif name == "read-back":  # the checkpoint read back: a new list, the same
+                    # messages (the serializer's memo) or equal copies (a fresh process)
+                    current = [m.model_copy() for m in current] if operation[1] else [*current]
             except ValueError as error:
                 seen.append(("error", str(error)))
         return seen
@@ -101,6 +105,7 @@ def test_merge_messages_is_add_messages(
     start: list[tuple[str, int]], operations: list[Any]
 ) -> None:
     state._INDEXES.clear()
+    state._BY_FIRST.clear()
     assert _replay(merge_messages, start, operations) == _replay(add_messages, start, operations)
 
 
@@ -134,3 +139,30 @@ def test_a_merge_onto_the_list_it_returned_reuses_its_index(
 def test_the_agent_state_merges_with_it() -> None:
     hints = AgentState.__annotations__["messages"]
     assert "merge_messages" in str(hints)
+
+
+def test_a_runs_first_merge_onto_the_checkpoint_read_back_reuses_the_index(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The next run's first merge is onto a new list of the same messages (the checkpoint
+    read back): the index of the thread's last merge serves it."""
+    history: list[BaseMessage] = [
+        HumanMessage(f"q{i}", id=f"h{i}") if i % 2 == 0 else AIMessage(f"a{i}", id=f"a{i}")
+        for i in range(400)
+    ]
+    last = merge_messages(history, [HumanMessage("new", id="new")])
+    built: list[int] = []
+    enumerate_ = enumerate
+
+    def counted(*args: Any) -> Any:
+        built.append(1)
+        return enumerate_(*args)
+
+    monkeypatch.setattr(state, "enumerate", counted, raising=False)
+    read_back = [*last]
+    merged = merge_messages(read_back, [AIMessage("reply", id="reply")])
+    assert not built, "no index was built over the history"
+    assert merged == [*last, AIMessage("reply", id="reply")]
+    shorter = [*last][:-1]  # not the list the index was made for
+    merge_messages(shorter, [AIMessage("other", id="other")])
+    assert built, "a list other than the merged one is indexed afresh"

@@ -152,20 +152,25 @@ def test_a_kept_index_chooses_what_one_pass_back_chose(
     messages; the list a new object each time, its messages the same objects), each call is
     made twice (the summary hook's budget, then trim's with a ``first``), and now and then a
     message already indexed is replaced by a copy with other content or given new content in
-    place, or the history restarts shorter. Every window equals the reference's."""
+    place (longer or shorter), or the history restarts shorter. Every window equals the
+    reference's."""
     policy = TurnWindowPolicy(COUNTER)
     full = [m.model_copy() for m in conv.history]  # objects of this example's own
     shown = 1
     for step, (grow, seed) in enumerate(growth):
         shown = min(len(full), shown + grow)
         history = list(full[:shown])
-        edit = data.draw(st.sampled_from(["none", "none", "none", "copy", "assign", "shorter"]))
+        edit = data.draw(
+            st.sampled_from(["none", "none", "none", "copy", "assign", "shrink", "shorter"])
+        )
         if edit == "copy" and shown > 1:  # a message replaced by another object
             at = seed % (shown - 1)
             old = history[at]
             history[at] = full[at] = old.model_copy(update={"content": f"{old.text} ({step})"})
         elif edit == "assign" and shown > 1:  # the same object given new content
             history[seed % (shown - 1)].content += f" ({step})"
+        elif edit == "shrink" and shown > 1:  # ... and a cheaper one
+            history[seed % (shown - 1)].content = "ok"
         elif edit == "shorter":
             shown = max(1, shown - grow)
             history = history[:shown]
@@ -202,3 +207,22 @@ def test_a_late_turn_extends_the_index_instead_of_passing_over_the_history() -> 
     window = policy.window(grown, budget=100_000)
     assert len(window.messages) == len(grown)
     assert {m.id for m in counted} == {"h-new", "a-new", "h-next"}
+
+
+def test_a_turn_made_cheaper_in_place_next_to_the_window_is_taken() -> None:
+    """The turn just older than the window did not fit when indexed; its answer is then
+    given a short text in place: the next window takes it, as a pass back would."""
+    policy = TurnWindowPolicy(COUNTER)
+    history: list[BaseMessage] = []
+    for turn in range(10):
+        answer = "a long answer " * 40 if turn == 6 else f"answer {turn}"
+        history += [HumanMessage(f"q {turn}", id=f"h{turn}"), AIMessage(answer, id=f"a{turn}")]
+    history.append(HumanMessage("the newest", id="h-new"))
+    cheap = [*history[:13], AIMessage("ok", id="a6"), *history[14:]]
+    budget = reference_window(COUNTER, cheap[12:], budget=10**6).tokens  # turns 6 (cheap) - 9
+    before = policy.window(history, budget=budget)
+    assert before.messages[0].id == "h7"
+    history[13].content = "ok"  # turn 6's answer, the same object
+    after = policy.window(history, budget=budget)
+    same(after, reference_window(COUNTER, history, budget=budget))
+    assert after.messages[0].id == "h6"

@@ -83,7 +83,7 @@ from threadkeeper.domain.text import (
     fold,
     is_cjk,
 )
-from threadkeeper.domain.tokens import IdentityMemo
+from threadkeeper.domain.tokens import IdentityMemo, SliceSums
 
 __all__ = [
     "ANSWER_MAX_CHARS",
@@ -252,7 +252,11 @@ def _text(message: BaseMessage) -> str:
 
 
 def _newest_human_at(messages: Sequence[BaseMessage]) -> int:
-    return max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
+    """The index of the last human message (-1: none), read from the end."""
+    for index in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[index], HumanMessage):
+            return index
+    return -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,13 +629,22 @@ def _estimate_parts(message: BaseMessage) -> tuple[int, int]:
     return _ESTIMATED.put(message, (len(_CJK_CHAR.findall(text)), len(text)))
 
 
+_WINDOWS: Final[SliceSums] = SliceSums(_estimate_parts, 2)
+"""The sums of :func:`_estimate_parts` over the windows the model is shown: a late turn's
+window is mostly the one before, so it is summed by difference, not message by message."""
+
+
 def estimate_input_tokens(messages: Sequence[BaseMessage]) -> int:
     """A rough input token count: every CJK character is one token, every other four
     characters are one (over message text plus tool-call arguments as JSON). The counts are
     added per message (the same as over the joined text: a CJK character is one character),
-    each message's remembered while it is the same object with the same content."""
-    cjk = chars = 0
-    for message in messages:
+    each message's remembered while it is the same object with the same content, and the
+    history after the leading system messages summed by :data:`_WINDOWS`."""
+    head = 0
+    while head < len(messages) and isinstance(messages[head], SystemMessage):
+        head += 1
+    cjk, chars = _WINDOWS.total(messages[head:])
+    for message in messages[:head]:  # the prompt: new each run (memory, documents, summary)
         message_cjk, message_chars = _estimate_parts(message)
         cjk += message_cjk
         chars += message_chars

@@ -11,9 +11,11 @@ next merge — whose left side is that very list — reuses it: the merge costs 
 plus a copy of the list and a comparison with its copy, both done in C, instead of Python
 passes over the history.
 
-A kept index is used only for the very list it was made for, unchanged element by element
-since; a message changed in place (its id reassigned) would not be noticed — messages are
-values here, as the checkpoint serializer's memo and the message ledger already assume.
+A run's first merge is onto a new list — the checkpoint read back — of the messages the
+thread's last merge returned: the index is found again by the list's first message. A kept
+index is used only for a list equal, element by element, to the one it was made for; a
+message changed in place (its id reassigned) would not be noticed — messages are values
+here, as the checkpoint serializer's memo and the message ledger already assume.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ _KEPT = 256
 
 _INDEXES: dict[int, tuple[list[Any], list[Any], dict[str, int]]] = {}
 """``id(merged)`` → (the merged list, a copy of it as returned, its id → position index)."""
+_BY_FIRST: dict[int, tuple[list[Any], list[Any], dict[str, int]]] = {}
+"""``id(merged[0])`` → the same entry: a run's first merge is onto the list its checkpoint
+was read as — a new list, but of the messages the thread's last merge returned."""
 
 
 def _plain(messages: list[Any]) -> bool:
@@ -50,6 +55,10 @@ def _index_of(left: list[Any]) -> dict[str, int] | None:
     known = _INDEXES.get(id(left))
     if known is not None and known[0] is left and known[1] == left:
         return known[2].copy()  # left may be merged again (a conditional edge's fresh read)
+    if left:  # the list the thread's last merge returned, read back from the checkpoint
+        known = _BY_FIRST.get(id(left[0]))
+        if known is not None and known[1][0] is left[0] and known[1] == left:
+            return known[2].copy()
     if not _plain(left):
         return None
     index = {m.id: i for i, m in enumerate(left)}
@@ -81,7 +90,11 @@ def merge_messages(left: Any, right: Any) -> Any:
             merged[position] = message
     if len(_INDEXES) >= _KEPT:
         _INDEXES.clear()
-    _INDEXES[id(merged)] = (merged, merged.copy(), index)
+        _BY_FIRST.clear()
+    entry = (merged, merged.copy(), index)
+    _INDEXES[id(merged)] = entry
+    if merged:
+        _BY_FIRST[id(merged[0])] = entry
     return merged
 
 

@@ -36,11 +36,10 @@ def in_order(message: BaseMessage) -> bool:
     in the same order, on every profile."""
     if isinstance(message, HumanMessage):
         return True
-    return (
-        isinstance(message, AIMessage)
-        and not message.tool_calls
-        and bool(message_text(message).strip())
-    )
+    if not isinstance(message, AIMessage) or message.tool_calls:
+        return False
+    text = message_text(message)
+    return bool(text) and not text.isspace()  # text.strip(), without copying the text
 
 
 def thread_order(messages: Sequence[BaseMessage]) -> list[str]:
@@ -74,19 +73,33 @@ def order_since(messages: Sequence[BaseMessage], wanted: Iterable[str], anchor: 
 def encode_segments(items: Sequence[str], order: Sequence[str]) -> tuple[Segment, ...]:
     """``items`` as ranges of ``order`` where consecutive items are consecutive in it, and as
     explicit items elsewhere."""
-    first: dict[str, int] = {}
-    for index, item in enumerate(order):
-        first.setdefault(item, index)
+    size = len(order)
+    first: dict[str, int] | None = None  # built when a few lookups have been needed
+    lookups = 0
     out: list[Segment] = []
     for item in items:
         last = out[-1] if out else None
-        if isinstance(last, tuple) and last[1] < len(order) and order[last[1]] == item:
+        if isinstance(last, tuple) and last[1] < size and order[last[1]] == item:
             out[-1] = (last[0], last[1] + 1)
-        elif item in first:
-            out.append((first[item], first[item] + 1))
+            continue
+        if first is None and lookups < _SCANS:  # a window is a few ranges: scan (in C)
+            lookups += 1
+            try:
+                at: int | None = order.index(item)
+            except ValueError:
+                at = None
         else:
-            out.append(item)
+            if first is None:
+                first = {}
+                for index, known in enumerate(order):
+                    first.setdefault(known, index)
+            at = first.get(item)
+        out.append(item if at is None else (at, at + 1))
     return tuple(out)
+
+
+_SCANS = 8
+"""Items ``encode_segments`` finds by a scan of the order before it indexes the order."""
 
 
 def decode_segments(segments: Sequence[Segment], order: Sequence[str]) -> list[str]:

@@ -57,6 +57,8 @@ def truncate_tool_results(
     messages: Sequence[BaseMessage], max_chars: int
 ) -> tuple[list[BaseMessage], int]:
     """Every oversized tool result truncated; returns the list and how many were cut."""
+    if not any(issubclass(kind, ToolMessage) for kind in set(map(type, messages))):
+        return list(messages), 0  # no tool result (the kinds found in C, not per message)
     out: list[BaseMessage] = []
     cut = 0
     for message in messages:

@@ -13,14 +13,17 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import attrgetter
 from typing import Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from threadkeeper.domain.errors import ContextOverflow, MessageTooLarge
-from threadkeeper.domain.tokens import MESSAGE_FRAMING, REPLY_PRIMING, TokenCounter
+from threadkeeper.domain.tokens import (
+    MESSAGE_FRAMING,
+    REPLY_PRIMING,
+    TokenCounter,
+    content_snapshot,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +213,11 @@ class TurnWindowPolicy:
         # indexed, ``first`` or not: a rolling summary moves ``first`` every turn.
         indexed = self._turns.of(history, newest, count)
         oldest = max(indexed.first_fitting(budget - used), bisect_left(indexed.begins, first))
+        # the turns taken and the one before them (which did not fit) must cost what they
+        # were indexed at; older turns do not change which ones fit
+        if not indexed.unchanged_from(history, indexed.begins[oldest - 1] if oldest else 0):
+            indexed = self._turns.afresh(history, newest, count)
+            oldest = max(indexed.first_fitting(budget - used), bisect_left(indexed.begins, first))
         used += indexed.cost_from(oldest)
         omitted += indexed.omitted_from(oldest)
         return Window(
@@ -242,7 +250,9 @@ class TurnIndex:
     messages: tuple[BaseMessage, ...]
     """``history[:end + 1]`` as indexed: the same objects in the same places make it valid."""
     contents: tuple[object, ...]
-    """Each of ``messages``' content and tool calls when indexed (an assignment replaces them)."""
+    """Each of ``messages``' content when indexed (an assignment replaces it)."""
+    calls: tuple[object, ...]
+    """Each of ``messages``' tool calls when indexed."""
     begins: tuple[int, ...]
     """Each turn's human message, in the history."""
     prefix: tuple[int, ...]
@@ -260,6 +270,12 @@ class TurnIndex:
     def first_fitting(self, room: int) -> int:
         """The oldest turn such that it and every newer one cost at most ``room`` together."""
         return bisect_left(self.prefix, self.prefix[-1] - room, 0, len(self.begins))
+
+    def unchanged_from(self, history: Sequence[BaseMessage], position: int) -> bool:
+        """Whether the indexed messages from ``position`` on still have the content and tool
+        calls they were indexed with (``history`` holds them at the same places)."""
+        contents, calls = content_snapshot(history[position : len(self.messages)])
+        return contents == self.contents[position:] and calls == self.calls[position:]
 
     def cost_from(self, first: int) -> int:
         return self.prefix[-1] - self.prefix[first]
@@ -288,27 +304,17 @@ class TurnIndex:
         return tuple(out)
 
 
-_CONTENT = attrgetter("content")
-_FIELDS = attrgetter("__dict__")
-
-
-def _contents(messages: Sequence[BaseMessage]) -> tuple[object, ...]:
-    """What each message's count depends on besides the object: its content, then the tool
-    calls of each (``None`` for a message without the field), in two C-level passes."""
-    return (
-        *map(_CONTENT, messages),
-        *map(dict.get, map(_FIELDS, messages), repeat("tool_calls")),
-    )
-
-
 class TurnIndexes:
     """A :class:`TurnIndex` per history, found again by the history's first message and
     extended by the turns a later call's history adds after the indexed ones.
 
-    An index is used only for a history whose first ``end + 1`` messages are the very objects
-    it indexed, with the same content and tool calls (messages are values; a message replaced
-    or given new content, a shorter or rewritten history, is indexed afresh). Indexes are
-    replaced, never changed in place, so a reader never sees one half extended.
+    An index is used only for a history whose first ``end + 1`` messages are the messages it
+    indexed (the same objects, or equal ones; a message replaced, a shorter or rewritten
+    history, is indexed afresh); the caller checks that the turns it takes, and the one before
+    them, still have the content they were indexed with (``TurnIndex.unchanged_from``: a
+    message given new content in place) and has the history indexed afresh otherwise — the
+    turns before those do not change which turns fit. Indexes are replaced, never changed in
+    place, so a reader never sees one half extended.
     """
 
     __slots__ = ("_known",)
@@ -329,7 +335,15 @@ class TurnIndexes:
             known = None
         if known is not None and known.end == newest:
             return known
-        index = _extend(known, history, newest, count)
+        return self._keep(key, _extend(known, history, newest, count))
+
+    def afresh(
+        self, history: Sequence[BaseMessage], newest: int, count: Callable[[BaseMessage], int]
+    ) -> TurnIndex:
+        """The index of ``history`` built anew (an indexed message was given new content)."""
+        return self._keep(id(history[0]), _extend(None, history, newest, count))
+
+    def _keep(self, key: int, index: TurnIndex) -> TurnIndex:
         if len(self._known) >= _INDEXED_THREADS:
             self._known.clear()
         self._known[key] = index
@@ -338,16 +352,13 @@ class TurnIndexes:
     @staticmethod
     def _valid(index: TurnIndex, history: Sequence[BaseMessage], newest: int) -> bool:
         end = index.end
-        if end > newest:
-            return False
-        part = tuple(history[: end + 1])
-        return part == index.messages and _contents(part) == index.contents
+        return end <= newest and tuple(history[: end + 1]) == index.messages
 
     def __len__(self) -> int:
         return len(self._known)
 
 
-_EMPTY = TurnIndex((), (), (), (0,), (0,), {})
+_EMPTY = TurnIndex((), (), (), (), (0,), (0,), {})
 
 
 def _extend(
@@ -381,17 +392,11 @@ def _extend(
         omitted.append(omitted[-1] + turn_omitted)
     part = tuple(history[: newest + 1])
     if known is None:
-        contents = _contents(part)
-    else:  # the indexed part's, checked by ``TurnIndexes._valid``, and the new messages'
-        new = _contents(part[known.end + 1 :])
-        half, new_half = len(known.messages), len(new) // 2
-        contents = (
-            *known.contents[:half],
-            *new[:new_half],
-            *known.contents[half:],
-            *new[new_half:],
-        )
-    return TurnIndex(part, contents, tuple(begins), tuple(prefix), tuple(omitted), whole)
+        contents, calls = content_snapshot(part)
+    else:  # the indexed part's (checked where a window uses it) and the new messages'
+        new_contents, new_calls = content_snapshot(part[len(known.messages) :])
+        contents, calls = known.contents + new_contents, known.calls + new_calls
+    return TurnIndex(part, contents, calls, tuple(begins), tuple(prefix), tuple(omitted), whole)
 
 
 def _whole_turn(

@@ -19,7 +19,9 @@ import importlib.util
 import json
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -113,6 +115,116 @@ class IdentityMemo(Generic[V]):
 
     def __len__(self) -> int:
         return len(self._known)
+
+
+_CONTENT = attrgetter("content")
+_FIELDS = attrgetter("__dict__")
+
+
+Snapshot = tuple[tuple[object, ...], tuple[object, ...]]
+"""Messages' contents and tool calls, as :func:`content_snapshot` takes them."""
+
+
+def content_snapshot(messages: Sequence[BaseMessage]) -> Snapshot:
+    """What each message's counts depend on besides the object: the contents, and the tool
+    calls of each (``None`` for a message without the field), in two C-level passes. Equal
+    snapshots of the same objects mean none was given new content since (an assignment
+    replaces the content object; a list of content blocks changed in place is not noticed, as
+    :class:`IdentityMemo` does not notice it)."""
+    return (
+        tuple(map(_CONTENT, messages)),
+        tuple(map(dict.get, map(_FIELDS, messages), repeat("tool_calls"))),
+    )
+
+
+_SLICE_LIMIT = 65_536
+"""Messages a :class:`SliceSums` places before it is emptied."""
+
+
+class SliceSums:
+    """Sums of a per-message vector of ints over a sequence of messages, answered for a run of
+    messages already seen in that order by two prefix sums instead of a pass over them.
+
+    A late turn's model call is shown the thread's newest turns, which the call before was
+    shown too, less its oldest turn and plus its new messages (issue 12). The runs seen are
+    kept as append-only lists with the prefix sums of ``value``; a query that starts at a
+    known message and equals the run from there — the same objects or equal messages, with
+    the same content and tool calls (:func:`content_snapshot`) — is answered from the sums, and
+    messages after the run's end extend it. Anything else starts a new run."""
+
+    __slots__ = ("_lock", "_value", "_where", "_width")
+
+    def __init__(self, value: Callable[[BaseMessage], tuple[int, ...]], width: int) -> None:
+        self._value = value
+        self._width = width
+        self._where: dict[int, tuple[_Run, int]] = {}
+        """``id(message)`` → the run it was placed in and its position there."""
+        self._lock = threading.Lock()
+
+    def total(self, messages: Sequence[BaseMessage]) -> tuple[int, ...]:
+        """The sum of ``value`` over ``messages``, element-wise."""
+        if not messages:
+            return (0,) * self._width
+        found = self._where.get(id(messages[0]))
+        if found is not None:
+            run, at = found
+            known = run.messages[at : at + len(messages)]
+            seen = len(known)
+            if (
+                known[0] is messages[0]
+                and known == [*messages[:seen]]
+                and run.contents(at, at + seen) == content_snapshot(messages[:seen])
+            ):
+                if seen == len(messages):
+                    return run.between(at, at + seen)
+                if at + seen == len(run.messages):  # the run's end: extend it
+                    with self._lock:
+                        if len(run.messages) == at + seen:
+                            self._place(run, messages[seen:])
+                            return run.between(at, at + len(messages))
+        run = _Run(self._width)
+        with self._lock:
+            self._place(run, messages)
+        return run.between(0, len(messages))
+
+    def _place(self, run: _Run, messages: Sequence[BaseMessage]) -> None:
+        if len(self._where) + len(messages) > _SLICE_LIMIT:
+            self._where.clear()
+        start = len(run.messages)
+        run.extend(messages, map(self._value, messages), content_snapshot(messages))
+        for position, message in enumerate(messages, start):
+            self._where[id(message)] = (run, position)
+
+
+class _Run:
+    """Messages seen in this order, their content snapshots and prefix sums (append-only)."""
+
+    __slots__ = ("_calls", "_content", "_prefix", "messages")
+
+    def __init__(self, width: int) -> None:
+        self.messages: list[BaseMessage] = []
+        self._content: list[object] = []
+        self._calls: list[object] = []
+        self._prefix: list[list[int]] = [[0] for _ in range(width)]
+
+    def extend(
+        self,
+        messages: Sequence[BaseMessage],
+        values: Iterable[tuple[int, ...]],
+        snapshot: Snapshot,
+    ) -> None:
+        self._content.extend(snapshot[0])
+        self._calls.extend(snapshot[1])
+        for value in values:
+            for prefix, part in zip(self._prefix, value, strict=True):
+                prefix.append(prefix[-1] + part)
+        self.messages.extend(messages)
+
+    def contents(self, start: int, end: int) -> Snapshot:
+        return tuple(self._content[start:end]), tuple(self._calls[start:end])
+
+    def between(self, start: int, end: int) -> tuple[int, ...]:
+        return tuple(prefix[end] - prefix[start] for prefix in self._prefix)
 
 
 class TokenCounter(ABC):
