@@ -109,22 +109,31 @@ def test_merge_messages_is_add_messages(
     assert _replay(merge_messages, start, operations) == _replay(add_messages, start, operations)
 
 
-def test_a_merge_onto_the_list_it_returned_reuses_its_index(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    history: list[BaseMessage] = [
+def _long_history() -> list[BaseMessage]:
+    return [
         HumanMessage(f"q{i}", id=f"h{i}") if i % 2 == 0 else AIMessage(f"a{i}", id=f"a{i}")
         for i in range(400)
     ]
-    first = merge_messages(history, [HumanMessage("new", id="new")])
-    built: list[int] = []
+
+
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One item per id index ``app.state`` builds over a list (its ``enumerate`` calls)."""
+    calls: list[int] = []
     enumerate_ = enumerate
 
     def counted(*args: Any) -> Any:
-        built.append(1)
+        calls.append(1)
         return enumerate_(*args)
 
     monkeypatch.setattr(state, "enumerate", counted, raising=False)
+    return calls
+
+
+def test_a_merge_onto_the_list_it_returned_reuses_its_index(built: list[int]) -> None:
+    history = _long_history()
+    first = merge_messages(history, [HumanMessage("new", id="new")])
+    built.clear()
     second = merge_messages(first, [AIMessage("reply", id="reply")])
     again = merge_messages(first, [AIMessage("reply", id="reply")])  # a fresh read's
     assert not built, "no index was built over the history"
@@ -142,23 +151,13 @@ def test_the_agent_state_merges_with_it() -> None:
 
 
 def test_a_runs_first_merge_onto_the_checkpoint_read_back_reuses_the_index(
-    monkeypatch: pytest.MonkeyPatch,
+    built: list[int],
 ) -> None:
     """The next run's first merge is onto a new list of the same messages (the checkpoint
     read back): the index of the thread's last merge serves it."""
-    history: list[BaseMessage] = [
-        HumanMessage(f"q{i}", id=f"h{i}") if i % 2 == 0 else AIMessage(f"a{i}", id=f"a{i}")
-        for i in range(400)
-    ]
+    history = _long_history()
     last = merge_messages(history, [HumanMessage("new", id="new")])
-    built: list[int] = []
-    enumerate_ = enumerate
-
-    def counted(*args: Any) -> Any:
-        built.append(1)
-        return enumerate_(*args)
-
-    monkeypatch.setattr(state, "enumerate", counted, raising=False)
+    built.clear()
     read_back = [*last]
     merged = merge_messages(read_back, [AIMessage("reply", id="reply")])
     assert not built, "no index was built over the history"
