@@ -212,12 +212,12 @@ class TurnWindowPolicy:
         # late turn's window costs no pass over the history (issue 12). The whole history is
         # indexed, ``first`` or not: a rolling summary moves ``first`` every turn.
         indexed = self._turns.of(history, newest, count)
-        oldest = max(indexed.first_fitting(budget - used), bisect_left(indexed.begins, first))
+        oldest = indexed.oldest_taken(budget - used, first)
         # the turns taken and the one before them (which did not fit) must cost what they
         # were indexed at; older turns do not change which ones fit
         if not indexed.unchanged_from(history, indexed.begins[oldest - 1] if oldest else 0):
             indexed = self._turns.afresh(history, newest, count)
-            oldest = max(indexed.first_fitting(budget - used), bisect_left(indexed.begins, first))
+            oldest = indexed.oldest_taken(budget - used, first)
         used += indexed.cost_from(oldest)
         omitted += indexed.omitted_from(oldest)
         return Window(
@@ -267,9 +267,11 @@ class TurnIndex:
     def end(self) -> int:
         return len(self.messages) - 1
 
-    def first_fitting(self, room: int) -> int:
-        """The oldest turn such that it and every newer one cost at most ``room`` together."""
-        return bisect_left(self.prefix, self.prefix[-1] - room, 0, len(self.begins))
+    def oldest_taken(self, room: int, first: int) -> int:
+        """The oldest turn such that it and every newer one cost at most ``room`` together,
+        and that begins at or after ``first``."""
+        fitting = bisect_left(self.prefix, self.prefix[-1] - room, 0, len(self.begins))
+        return max(fitting, bisect_left(self.begins, first))
 
     def unchanged_from(self, history: Sequence[BaseMessage], position: int) -> bool:
         """Whether the indexed messages from ``position`` on still have the content and tool
