@@ -58,6 +58,16 @@ def split(text: str, parts: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
+async def one_per_batch(events: AsyncIterator[RunEvent]) -> AsyncIterator[list[RunEvent]]:
+    """``RunHandle.batches()`` of a handle that queues nothing ahead: one event per batch;
+    closing it closes ``events``."""
+    try:
+        async for event in events:
+            yield [event]
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
 @dataclass
 class Thread:
     tenant_id: str
@@ -167,6 +177,9 @@ class FakeRun:
                 self._service.iterators_closed.append(self.run_id)
                 self._settle()
 
+    def batches(self) -> AsyncIterator[list[RunEvent]]:
+        return one_per_batch(self.events())
+
     async def result(self) -> dict[str, Any]:
         for _ in self._script():
             if self._service.delay:
@@ -188,6 +201,9 @@ class CompletedRun:
     async def events(self) -> AsyncIterator[RunEvent]:
         yield RunEvent("metadata", {"run_id": self.run_id, "thread_id": self._thread_id})
         yield RunEvent("end", self._body)
+
+    def batches(self) -> AsyncIterator[list[RunEvent]]:
+        return one_per_batch(self.events())
 
     async def result(self) -> dict[str, Any]:
         return self._body

@@ -30,7 +30,7 @@ from threadkeeper.app.http import HttpSettings, create_http_app
 from threadkeeper.app.http.auth import TokenTable, bearer_token
 from threadkeeper.app.http.negotiation import JSON, SSE, choose_representation
 from threadkeeper.app.http.schemas import ID_PATTERN, NOT_BLANK_PATTERN, THREAD_ID_PATTERN, exact
-from threadkeeper.app.http.sse import EventRelay
+from threadkeeper.app.http.sse import KEEP_ALIVE, EventRelay, encode_event
 from threadkeeper.app.service import MAX_MESSAGE_BYTES, Caller, RunEvent, Unavailable
 from threadkeeper.domain.errors import MessageTooLarge, ThreadBusy
 
@@ -630,6 +630,34 @@ async def test_a_failing_run_ends_its_stream_with_an_error_problem(
     assert service.busy == {}
 
 
+async def test_a_delta_with_a_line_separator_reaches_a_client_reading_lines_whole(
+    client: AsyncTestClient[Litestar],
+) -> None:
+    # httpx's aiter_lines splits where str.splitlines does (U+2028, U+2029, NEL among them):
+    # unescaped in a `data:` line, such a character cut the event's JSON in two for a client
+    # that reads the stream by lines (tests/support/load.py does)
+    content = "one\u2028two\u2029three\x85four"
+    events: list[tuple[str, Any]] = []
+    async with client.stream(
+        "POST",
+        "/v1/threads/t1/runs",
+        json={"message": {"content": content}},
+        headers={**headers(), "Accept": SSE},
+    ) as response:
+        name, data = "message", []
+        async for line in response.aiter_lines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                data.append(line[6:])
+            elif not line and data:
+                events.append((name, json.loads("\n".join(data))))
+                data = []
+    assert [name for name, _ in events][-1] == "end"
+    deltas = "".join(data["delta"] for name, data in events if name == "messages")
+    assert deltas == answer_to(content) == events[-1][1]["message"]["content"]
+
+
 @pytest.mark.parametrize(
     ("accept", "expected"),
     [
@@ -892,20 +920,52 @@ async def test_a_real_socket_disconnect_closes_the_services_event_iterator(
 async def test_the_relay_stops_at_end_and_closes_the_iterator() -> None:
     closed = []
 
-    async def events() -> AsyncIterator[RunEvent]:
+    async def batches() -> AsyncIterator[list[RunEvent]]:
         try:
-            yield RunEvent("metadata", {"run_id": "r", "thread_id": "t"})
-            yield RunEvent("end", {"run_id": "r"})
-            yield RunEvent("messages", {"id": "late", "delta": "never relayed"})
+            yield [RunEvent("metadata", {"run_id": "r", "thread_id": "t"})]
+            yield [RunEvent("end", {"run_id": "r"})]
+            yield [RunEvent("messages", {"id": "late", "delta": "never relayed"})]
         finally:
             closed.append(True)
 
-    relay = EventRelay(events())
-    sent = [m async for m in relay.stream()]
-    assert [m.event for m in sent] == ["metadata", "end"]
+    relay = EventRelay(batches())
+    sent = [chunk async for chunk in relay.stream()]
+    assert [name for name, _ in parse_sse(b"".join(sent).decode())] == ["metadata", "end"]
     assert closed == [True]
     await relay.close()  # after the response: idempotent
     assert closed == [True]
+
+
+async def test_the_relay_writes_each_batch_as_one_chunk_and_stops_inside_one_at_end() -> None:
+    deltas = [RunEvent("messages", {"id": "a1", "delta": f"w{i} "}) for i in range(5)]
+
+    async def batches() -> AsyncIterator[list[RunEvent]]:
+        yield [RunEvent("metadata", {"run_id": "r", "thread_id": "t"}), *deltas[:2]]
+        yield deltas[2:]
+        yield [
+            RunEvent("end", {"run_id": "r"}),
+            RunEvent("messages", {"id": "late", "delta": "never relayed"}),
+        ]
+
+    sent = [chunk async for chunk in (await EventRelay.start(batches())).stream()]
+    assert len(sent) == 3
+    assert [len(parse_sse(chunk.decode())) for chunk in sent] == [3, 3, 1]
+    events = parse_sse(b"".join(sent).decode())
+    assert [name for name, _ in events] == ["metadata", *["messages"] * 5, "end"]
+    assert "".join(data["delta"] for name, data in events if name == "messages") == (
+        "w0 w1 w2 w3 w4 "
+    )
+
+
+def test_an_event_is_one_data_line_whatever_its_text_holds() -> None:
+    text = "line one\nline two\r\nthree\rfour \u2028 five \u2029 six \x85 seven \x0c\x1e eight"
+    chunk = encode_event("messages", {"id": "a1", "delta": text})
+    assert chunk.endswith(b"\r\n\r\n")
+    lines = chunk.decode().split("\r\n")
+    assert lines[0] == "event: messages"
+    assert lines[1].startswith("data: ")
+    assert lines[2:] == ["", ""]
+    assert parse_sse(chunk.decode()) == [("messages", {"id": "a1", "delta": text})]
 
 
 async def test_an_error_before_the_first_event_is_a_plain_problem_and_closes_the_iterator(
@@ -917,6 +977,10 @@ async def test_an_error_before_the_first_event_is_a_plain_problem_and_closes_the
         run_id = RUN_ID
 
         async def events(self) -> AsyncIterator[RunEvent]:
+            raise AssertionError("the relay reads batches")
+            yield
+
+        async def batches(self) -> AsyncIterator[list[RunEvent]]:
             try:
                 raise ThreadBusy("other-run")
                 yield  # an async generator
@@ -938,28 +1002,46 @@ async def test_an_error_before_the_first_event_is_a_plain_problem_and_closes_the
 async def test_starting_the_relay_takes_the_first_event() -> None:
     steps: list[str] = []
 
-    async def events() -> AsyncIterator[RunEvent]:
+    async def batches() -> AsyncIterator[list[RunEvent]]:
         try:
             steps.append("started")
-            yield RunEvent("metadata", {"run_id": "r", "thread_id": "t"})
+            yield [RunEvent("metadata", {"run_id": "r", "thread_id": "t"})]
             steps.append("resumed")
-            yield RunEvent("end", {"run_id": "r"})
+            yield [RunEvent("end", {"run_id": "r"})]
         finally:
             steps.append("closed")
 
-    relay = await EventRelay.start(events())
+    relay = await EventRelay.start(batches())
     assert steps == ["started"]
     await relay.close()  # the client left before the first byte
     assert steps == ["started", "closed"]
 
 
 async def test_an_empty_event_stream_is_relayed_as_empty() -> None:
-    async def events() -> AsyncIterator[RunEvent]:
+    async def batches() -> AsyncIterator[list[RunEvent]]:
         return
         yield
 
-    relay = await EventRelay.start(events())
-    assert [m async for m in relay.stream()] == []
+    relay = await EventRelay.start(batches())
+    assert [chunk async for chunk in relay.stream()] == []
+
+
+async def test_a_quiet_run_gets_keep_alive_comments_and_its_events_after_them() -> None:
+    release = asyncio.Event()
+
+    async def batches() -> AsyncIterator[list[RunEvent]]:
+        yield [RunEvent("metadata", {"run_id": "r", "thread_id": "t"})]
+        await release.wait()
+        yield [RunEvent("end", {"run_id": "r"})]
+
+    sent: list[bytes] = []
+    async for chunk in (await EventRelay.start(batches(), heartbeat=0.01)).stream():
+        sent.append(chunk)
+        if chunk == KEEP_ALIVE and sent.count(KEEP_ALIVE) == 2:
+            release.set()
+    assert sent[0].startswith(b"event: metadata\r\n")
+    assert sent[1:3] == [b": keep-alive\r\n\r\n"] * 2
+    assert [name for name, _ in parse_sse(b"".join(sent).decode())] == ["metadata", "end"]
 
 
 @pytest.mark.parametrize(
@@ -972,17 +1054,17 @@ async def test_an_empty_event_stream_is_relayed_as_empty() -> None:
 async def test_a_service_error_mid_stream_becomes_an_error_event(
     error: Exception, status: int, type_: str
 ) -> None:
-    async def events() -> AsyncIterator[RunEvent]:
-        yield RunEvent("metadata", {"run_id": "r", "thread_id": "t"})
+    async def batches() -> AsyncIterator[list[RunEvent]]:
+        yield [RunEvent("metadata", {"run_id": "r", "thread_id": "t"})]
         raise error
 
-    sent = [m async for m in EventRelay(events()).stream()]
-    assert [m.event for m in sent] == ["metadata", "error"]
-    assert isinstance(sent[-1].data, str)
-    problem = json.loads(sent[-1].data)
+    sent = b"".join([chunk async for chunk in EventRelay(batches()).stream()]).decode()
+    events = parse_sse(sent)
+    assert [name for name, _ in events] == ["metadata", "error"]
+    problem = events[-1][1]
     assert problem["status"] == status
     assert problem["type"] == type_
-    assert "internal detail" not in sent[-1].data
+    assert "internal detail" not in sent
 
 
 # --- GET /v1/threads/{thread_id}/messages -------------------------------------------------------

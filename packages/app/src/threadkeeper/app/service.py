@@ -265,6 +265,11 @@ class RunHandle(Protocol):
         client gone) cancels the run, which then leaves the thread as it was."""
         ...
 
+    def batches(self) -> AsyncGenerator[list[RunEvent], None]:
+        """``events()`` in lists, each of every event ready when it is asked for (at least
+        one): an SSE relay writes each list at once. Closing it is closing ``events()``."""
+        ...
+
     async def result(self) -> RunResultOut:
         """The outcome (the ``end`` event's data); waits for the run. Not cancelled by a
         client disconnect.

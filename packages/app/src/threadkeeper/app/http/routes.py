@@ -248,7 +248,7 @@ async def start_run(
     handle = await service.start_run(caller, thread_id, run_request)
     if representation == JSON:
         return Response(await handle.result(), media_type=JSON, status_code=200)
-    return (await EventRelay.start(handle.events(), sse_heartbeat)).response()
+    return (await EventRelay.start(handle.batches(), sse_heartbeat)).response()
 
 
 def message_out(message: TranscriptMessage) -> TranscriptMessageOut:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from typing import Any
 
 from threadkeeper.app.service import RunEvent, RunResultOut
 from threadkeeper.domain.errors import DomainError
@@ -19,8 +20,17 @@ class CompletedRun:
     thread_id: str
 
     async def events(self) -> AsyncGenerator[RunEvent, None]:
-        yield RunEvent("metadata", {"run_id": self.run_id, "thread_id": self.thread_id})
-        yield RunEvent("end", self.outcome)
+        for event in self._events():
+            yield event
+
+    async def batches(self) -> AsyncGenerator[list[RunEvent], None]:
+        yield self._events()
+
+    def _events(self) -> list[RunEvent]:
+        return [
+            RunEvent("metadata", {"run_id": self.run_id, "thread_id": self.thread_id}),
+            RunEvent("end", self.outcome),
+        ]
 
     async def result(self) -> RunResultOut:
         return self.outcome
@@ -41,14 +51,36 @@ class LiveRun:
     )
 
     async def events(self) -> AsyncGenerator[RunEvent, None]:
+        batches = self.batches()
+        try:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+        finally:
+            await batches.aclose()
+
+    async def batches(self) -> AsyncGenerator[list[RunEvent], None]:
+        """The events in lists: each holds every event queued by the time it is asked for
+        (at least one). The model streams its tokens faster than a client is written to; an SSE
+        relay writes a list at once instead of one write per token."""
         finished = False
         try:
-            while (event := await self.queue.get()) is not None:
-                if isinstance(event, DomainError):
-                    finished = True
-                    raise event
-                yield event
-            finished = True
+            while True:
+                batch: list[RunEvent] = []
+                item: Any = await self.queue.get()
+                while True:
+                    if item is None or isinstance(item, DomainError):
+                        finished = True
+                        if batch:
+                            yield batch
+                        if item is None:
+                            return
+                        raise item
+                    batch.append(item)
+                    if self.queue.empty():
+                        break
+                    item = self.queue.get_nowait()
+                yield batch
         finally:
             task = self.task
             if not finished and task is not None and not task.done() and not self.finishing:
