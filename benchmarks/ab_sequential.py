@@ -4,13 +4,20 @@ this tree and from ``--other`` (a worktree; its packages go first on the server'
 with tracing on into a loopback OTLP sink, as the service arms run them. The two servers take
 turns run by run — which goes first alternates — on new threads of ``--turns`` turns, so both
 see the same minute of a busy machine. Prints each tree's median latency and server CPU per run
-(``/proc/<pid>/task/*/schedstat``) and the differences::
+(``/proc/<pid>/task/*/schedstat``) and the differences; with ``--sse`` the runs are streamed
+and the time to the first token is printed too. ``--other .`` with ``--other-env KEY=VALUE``
+compares this tree with itself under another environment (``OTEL_TRACES_EXPORTER=none``: what
+tracing costs)::
 
     git worktree add /tmp/hp/base <rev>
     /work/benchvenv/bin/python benchmarks/ab_sequential.py --other /tmp/hp/base --profile postgres
+    /work/benchvenv/bin/python benchmarks/ab_sequential.py --other /tmp/hp/base --profile embedded \
+        --sse
+    /work/benchvenv/bin/python benchmarks/ab_sequential.py --other . --profile embedded \
+        --other-env OTEL_TRACES_EXPORTER=none
 
 (any environment with the bench group). docs/benchmarks.md ("The round prunes its own
-thread") has the figures.
+thread", "SSE: one write per batch of events") has the figures.
 """
 
 from __future__ import annotations
@@ -62,81 +69,108 @@ def storage(profile: str) -> Iterator[Any]:
         yield Servers(redis_url=redis.url, mysql_url=mysql)
 
 
-def start(profile: str, servers: Any, tree: Path | None, sink: ServerProcess) -> ServerProcess:
+def start(
+    profile: str,
+    servers: Any,
+    tree: Path | None,
+    sink: ServerProcess,
+    env: dict[str, str] | None = None,
+) -> ServerProcess:
+    """``threadkeeper serve`` of ``tree`` (``None``: this one), ``env`` over the benchmark's."""
     work = Path(tempfile.mkdtemp())
-    before = os.environ.get("PYTHONPATH")
+    changes = dict(env or {})
     if tree is not None:
         paths = [str(tree / "packages" / name / "src") for name in PACKAGES]
-        os.environ["PYTHONPATH"] = os.pathsep.join([*paths, *([before] if before else [])])
+        before = os.environ.get("PYTHONPATH")
+        changes["PYTHONPATH"] = os.pathsep.join([*paths, *([before] if before else [])])
+    saved = {key: os.environ.get(key) for key in changes}
+    os.environ.update(changes)
     try:
         return start_threadkeeper(profile, servers, work, sink)
     finally:
-        if tree is not None:
-            if before is None:
-                os.environ.pop("PYTHONPATH", None)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
             else:
-                os.environ["PYTHONPATH"] = before
+                os.environ[key] = value
 
 
 async def one_run(
-    client: httpx.AsyncClient, server: ServerProcess, thread: str, turn: int
-) -> tuple[float, float]:
-    """(latency, server CPU) of one JSON run, in ms."""
+    client: httpx.AsyncClient, server: ServerProcess, thread: str, turn: int, sse: bool = False
+) -> tuple[float, float, float]:
+    """(latency, server CPU, time to the first token: NaN for JSON) of one run, in ms."""
+    url, body = f"{server.url}/v1/threads/{thread}/runs", {"message": {"content": question(turn)}}
     cpu = cpu_seconds(server.pid)
     start_at = time.perf_counter()
-    response = await client.post(
-        f"{server.url}/v1/threads/{thread}/runs",
-        json={"message": {"content": question(turn)}},
-        headers={"Accept": "application/json"},
-    )
+    first = float("nan")
+    if sse:
+        async with client.stream(
+            "POST", url, json=body, headers={"Accept": "text/event-stream"}
+        ) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if first != first and line == "event: messages":  # NaN: none yet
+                    first = (time.perf_counter() - start_at) * 1e3
+    else:
+        response = await client.post(url, json=body, headers={"Accept": "application/json"})
+        response.raise_for_status()
     latency = time.perf_counter() - start_at
-    response.raise_for_status()
-    return latency * 1e3, (cpu_seconds(server.pid) - cpu) * 1e3
+    return latency * 1e3, (cpu_seconds(server.pid) - cpu) * 1e3, first
 
 
 async def drive(
-    sides: dict[str, ServerProcess], threads: int, turns: int
-) -> dict[str, list[tuple[float, float]]]:
+    sides: dict[str, ServerProcess], threads: int, turns: int, sse: bool = False
+) -> dict[str, list[tuple[float, float, float]]]:
     headers = {"X-Tenant-Id": "acme", "X-User-Id": "user-1", "Authorization": f"Bearer {TOKEN}"}
-    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+    samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
     async with httpx.AsyncClient(timeout=60, headers=headers) as client:
         for server in sides.values():  # warm both
             for turn in range(20):
-                await one_run(client, server, f"warm-{turn % 4}", turn)
+                await one_run(client, server, f"warm-{turn % 4}", turn, sse)
         order = list(sides)
         for index in range(threads * turns):
             thread, turn = f"t{index // turns}", index % turns
             for name in order if index % 2 == 0 else reversed(order):
-                samples[name].append(await one_run(client, sides[name], thread, turn))
+                samples[name].append(await one_run(client, sides[name], thread, turn, sse))
     return samples
 
 
-def measure(profile: str, other: Path, threads: int, turns: int) -> None:
+def measure(
+    profile: str,
+    other: Path,
+    threads: int,
+    turns: int,
+    sse: bool = False,
+    other_env: dict[str, str] | None = None,
+) -> None:
     sink = start_sink(Path(tempfile.mkdtemp()))
+    same = other == Path(__file__).resolve().parents[1]  # this tree, under other_env
+    other_name = f"{other}" + (f" {other_env}" if other_env else "")
     with storage(profile) as mine_storage, storage(profile) as other_storage:
         sides = {
             "this tree": start(profile, mine_storage, None, sink),
-            str(other): start(profile, other_storage, other, sink),
+            other_name: start(profile, other_storage, None if same else other, sink, other_env),
         }
         try:
-            samples = asyncio.run(drive(sides, threads, turns))
+            samples = asyncio.run(drive(sides, threads, turns, sse))
         finally:
             for server in sides.values():
                 server.stop()
             sink.stop()
     medians = {
-        name: (
-            statistics.median(lat for lat, _ in runs),
-            statistics.median(cpu for _, cpu in runs),
-        )
+        name: tuple(statistics.median(run[i] for run in runs) for i in range(3))
         for name, runs in samples.items()
     }
-    for name, (latency, cpu) in medians.items():
-        print(f"{name}: {len(samples[name])} runs, p50 {latency:.2f} ms, CPU {cpu:.2f} ms per run")
-    (mine_lat, mine_cpu), (other_lat, other_cpu) = medians.values()
+    for name, (latency, cpu, first) in medians.items():
+        print(
+            f"{name}: {len(samples[name])} runs, p50 {latency:.2f} ms, CPU {cpu:.2f} ms per run"
+            + (f", first token p50 {first:.2f} ms" if sse else "")
+        )
+    (mine_lat, mine_cpu, mine_first), (other_lat, other_cpu, other_first) = medians.values()
     print(
         f"this tree - other: latency {mine_lat - other_lat:+.2f} ms,"
         f" CPU {mine_cpu - other_cpu:+.2f} ms"
+        + (f", first token {mine_first - other_first:+.2f} ms" if sse else "")
     )
 
 
@@ -146,8 +180,17 @@ def main() -> None:
     parser.add_argument("--profile", default="postgres")
     parser.add_argument("--threads", type=int, default=40)
     parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--sse", action="store_true", help="streamed runs (and first token)")
+    parser.add_argument(
+        "--other-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set for the other server only (repeatable)",
+    )
     args = parser.parse_args()
-    measure(args.profile, args.other.resolve(), args.threads, args.turns)
+    other_env = dict(item.split("=", 1) for item in args.other_env)
+    measure(args.profile, args.other.resolve(), args.threads, args.turns, args.sse, other_env)
 
 
 if __name__ == "__main__":
