@@ -11,10 +11,12 @@ spent on its statements.
 The thread exists for what can wait: SQLite's lock and the disk. ``LoopConnection`` keeps
 those on the thread and runs the rest on the loop's thread, where the call returns at once:
 
-- on the thread: ``BEGIN IMMEDIATE`` / ``EXCLUSIVE`` (they wait for the write lock), a
-  ``COMMIT`` of a transaction that changed rows (its fsync), a write in autocommit mode (its
-  own transaction and fsync), anything else not listed below (scripts, pragmas, DDL, open and
-  close);
+- on the thread: ``BEGIN IMMEDIATE`` / ``EXCLUSIVE`` when the write lock is taken (they wait
+  for it; tried on the loop first with no busy timeout: another connection — a backup, an
+  export — holds it only now and then, so almost always it is free and the ``BEGIN`` does
+  not wait), a ``COMMIT`` of a transaction that changed rows (its fsync), a write in
+  autocommit mode (its own transaction and fsync), anything else not listed below (scripts,
+  pragmas, DDL, open and close);
 - on the loop: making and closing cursors, fetches, a deferred ``BEGIN`` (it takes no lock), any
   statement inside an open transaction (the lock is held or, in WAL mode, a read needs none), a
   ``SELECT`` in autocommit mode (a WAL reader never waits for a writer), the ``COMMIT`` or
@@ -64,15 +66,16 @@ class LoopConnection(aiosqlite.Connection):
 
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         conn, head = self._connection, _sql_head(fn, args)
-        if (
-            conn is not None
-            and self._running
-            and not self._queued
-            and self._on_loop(conn, fn, head)
-        ):
-            result = fn(*args, **kwargs)
-            self._began(conn, head)
-            return result
+        if conn is not None and self._running and not self._queued:
+            if self._on_loop(conn, fn, head):
+                result = fn(*args, **kwargs)
+                self._began(conn, head)
+                return result
+            if head is not None and head.startswith(_WAITS):
+                begun, result = _begin_unless_busy(conn, fn, args, kwargs)
+                if begun:
+                    self._began(conn, head)
+                    return result
         loop = asyncio.get_running_loop()
 
         def on_thread() -> Any:
@@ -123,6 +126,24 @@ class LoopConnection(aiosqlite.Connection):
         transaction wrote (``total_changes`` counts rows inserted, updated and deleted)."""
         if head is not None and head.startswith("BEGIN"):
             self._changes_at_begin = conn.total_changes
+
+
+def _begin_unless_busy(
+    conn: sqlite3.Connection, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
+) -> tuple[bool, Any]:
+    """Run ``fn`` (a ``BEGIN IMMEDIATE`` or ``EXCLUSIVE``) here with no busy timeout: whether
+    it began, and its result. Not begun: another connection holds the write lock (``SQLITE_BUSY``
+    at once, nothing changed); the caller waits for it on the thread."""
+    timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        return True, fn(*args, **kwargs)
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY:  # and extended
+            raise
+        return False, None
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
 
 
 def _sql_head(fn: Callable[..., Any], args: tuple[Any, ...]) -> str | None:
