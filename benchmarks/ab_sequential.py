@@ -78,21 +78,12 @@ def start(
 ) -> ServerProcess:
     """``threadkeeper serve`` of ``tree`` (``None``: this one), ``env`` over the benchmark's."""
     work = Path(tempfile.mkdtemp())
-    changes = dict(env or {})
+    extra = dict(env or {})
     if tree is not None:
         paths = [str(tree / "packages" / name / "src") for name in PACKAGES]
         before = os.environ.get("PYTHONPATH")
-        changes["PYTHONPATH"] = os.pathsep.join([*paths, *([before] if before else [])])
-    saved = {key: os.environ.get(key) for key in changes}
-    os.environ.update(changes)
-    try:
-        return start_threadkeeper(profile, servers, work, sink)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        extra["PYTHONPATH"] = os.pathsep.join([*paths, *([before] if before else [])])
+    return start_threadkeeper(profile, servers, work, sink, extra)
 
 
 async def one_run(

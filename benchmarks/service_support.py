@@ -224,8 +224,14 @@ def threadkeeper_env(
 
 
 def start_threadkeeper(
-    profile: str, servers: Any, work: Path, sink: ServerProcess
+    profile: str,
+    servers: Any,
+    work: Path,
+    sink: ServerProcess,
+    extra_env: dict[str, str] | None = None,
 ) -> ServerProcess:
+    """``threadkeeper serve`` as the benchmarks run it (``threadkeeper_env``), ``extra_env``
+    over that."""
     port = free_port()
     data_dir = work / f"data-{profile}"
     data_dir.mkdir(exist_ok=True)
@@ -241,7 +247,7 @@ def start_threadkeeper(
             "--log-level",
             "warning",
         ],
-        threadkeeper_env(profile, servers, data_dir, sink),
+        {**threadkeeper_env(profile, servers, data_dir, sink), **(extra_env or {})},
         work,
         f"http://127.0.0.1:{port}",
     )
