@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any
 
 from threadkeeper.app.service import RunEvent, RunResultOut
 from threadkeeper.domain.errors import DomainError
@@ -67,7 +66,7 @@ class LiveRun:
         try:
             while True:
                 batch: list[RunEvent] = []
-                item: Any = await self.queue.get()
+                item = await self.queue.get()
                 while True:
                     if item is None or isinstance(item, DomainError):
                         finished = True
