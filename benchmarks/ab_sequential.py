@@ -93,20 +93,24 @@ async def one_run(
     url, body = f"{server.url}/v1/threads/{thread}/runs", {"message": {"content": question(turn)}}
     cpu = cpu_seconds(server.pid)
     start_at = time.perf_counter()
-    first = float("nan")
+    first: float | None = None
     if sse:
         async with client.stream(
             "POST", url, json=body, headers={"Accept": "text/event-stream"}
         ) as response:
             response.raise_for_status()
             async for line in response.aiter_lines():
-                if first != first and line == "event: messages":  # NaN: none yet
+                if first is None and line == "event: messages":
                     first = (time.perf_counter() - start_at) * 1e3
     else:
         response = await client.post(url, json=body, headers={"Accept": "application/json"})
         response.raise_for_status()
     latency = time.perf_counter() - start_at
-    return latency * 1e3, (cpu_seconds(server.pid) - cpu) * 1e3, first
+    return (
+        latency * 1e3,
+        (cpu_seconds(server.pid) - cpu) * 1e3,
+        float("nan") if first is None else first,
+    )
 
 
 async def drive(

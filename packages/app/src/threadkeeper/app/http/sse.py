@@ -103,11 +103,6 @@ class EventRelay:
 
     async def _relay(self) -> AsyncGenerator[bytes, None]:
         try:
-            if self._first:
-                chunk, ended = _encode(self._first)
-                yield chunk
-                if ended:
-                    return
             async for batch in self._with_heartbeats():
                 if batch is None:
                     yield KEEP_ALIVE
@@ -125,11 +120,14 @@ class EventRelay:
             await self.close_events()
 
     async def _with_heartbeats(self) -> AsyncGenerator[Sequence[RunEvent] | None, None]:
-        """The run's batches, and ``None`` whenever ``heartbeat`` seconds pass without one.
+        """The run's batches — the one ``start`` took first — and ``None`` whenever
+        ``heartbeat`` seconds pass without one.
 
         The next batch is awaited in a task that survives the heartbeats (cancelling a wait
         for the next event would cancel the run); it is cancelled only when the relay ends.
         """
+        if self._first:
+            yield self._first
         pending: asyncio.Future[Sequence[RunEvent]] | None = None
         try:
             while True:
