@@ -8,7 +8,8 @@ flight while ``py-spy record --gil`` samples the server, and writes
 * ``<out>.md`` — the server's CPU per run (``/proc/<pid>/stat``) and the samples by area
   (the innermost frame that names an area) and by threadkeeper function.
 
-``--profile postgres`` runs it on a fresh schema of the test server (``tests.support``).
+``--profile postgres`` runs it on a fresh schema of the test server, ``--profile redis-mysql``
+on a private Redis Stack and a fresh MySQL database (``tests.support``).
 ``--long N`` instead runs one thread of N turns and samples its last turns (what grows with
 the thread). Reproduce the figures in docs/benchmarks.md with::
 
@@ -292,8 +293,19 @@ def main() -> int:
 
             os.environ["THREADKEEPER_POSTGRES_URL"] = stack.enter_context(fresh_schema())
             os.environ["THREADKEEPER_SERVICE_TOKEN"] = TOKEN
-        elif args.profile not in ("embedded", "postgres"):
-            parser.error("--profile: embedded, or postgres (a fresh schema of the test server)")
+        elif args.profile == "redis-mysql" and "THREADKEEPER_MYSQL_URL" not in os.environ:
+            from tests.support.mysql import fresh_database
+            from tests.support.redis_stack import private_redis
+
+            redis = stack.enter_context(private_redis())
+            os.environ["THREADKEEPER_REDIS_URL"] = redis.url
+            os.environ["THREADKEEPER_MYSQL_URL"] = stack.enter_context(fresh_database())
+            os.environ["THREADKEEPER_SERVICE_TOKEN"] = TOKEN
+        elif args.profile not in ("embedded", "postgres", "redis-mysql"):
+            parser.error(
+                "--profile: embedded, postgres (a fresh schema of the test server) or "
+                "redis-mysql (a private Redis Stack and a fresh MySQL database)"
+            )
         return profile(args)
 
 

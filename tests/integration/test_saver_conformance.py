@@ -22,6 +22,7 @@ from threadkeeper.adapters.atomic import AtomicSaver
 from threadkeeper.adapters.postgres import _pool
 from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.redis_mysql import HealingRedisSaver
+from threadkeeper.adapters.redis_mysql.backend import redis_client
 
 pytestmark = pytest.mark.integration
 
@@ -67,16 +68,28 @@ REDIS_SAVER_KNOWN_LIST_GAPS = {
 }
 
 
-async def test_atomic_saver_over_redis_conforms() -> None:
+@pytest.mark.parametrize("client", ["orjson", "plain"])
+async def test_atomic_saver_over_redis_conforms(client: str) -> None:
+    """On the client the profile connects with (``redis_client``: RedisJSON through orjson,
+    checkpoints written with their channel values as the serializer's bytes) and on a plain
+    ``redis.asyncio.Redis`` (``from_conn_string``: the library's document path)."""
     with private_redis() as server:
 
-        @checkpointer_test(name="AtomicSaver(HealingRedisSaver)")
+        @checkpointer_test(name=f"AtomicSaver(HealingRedisSaver), {client} client")
         async def saver() -> AsyncGenerator[BaseCheckpointSaver, None]:
-            async with HealingRedisSaver.from_conn_string(
-                server.url, ttl={"default_ttl": 60, "refresh_on_read": True}
-            ) as base:
+            ttl = {"default_ttl": 60, "refresh_on_read": True}
+            if client == "plain":
+                async with HealingRedisSaver.from_conn_string(server.url, ttl=ttl) as base:
+                    await base.asetup()
+                    yield AtomicSaver(base)
+                return
+            redis = redis_client(server.url)
+            try:
+                base = HealingRedisSaver(redis_client=redis, ttl=ttl)
                 await base.asetup()
                 yield AtomicSaver(base)
+            finally:
+                await redis.aclose()
 
         report = await validate(saver)
         report.print_report()
@@ -171,10 +184,22 @@ async def test_a_redis_read_refreshes_the_ttl_of_what_it_read() -> None:
             redis = saver._redis
             existing = [k for k in keys if await redis.exists(k)]
             assert len(existing) >= 3, keys  # checkpoint, pointer, write (and its registry)
+            one_by_one: list[str] = []
+            expire = redis.expire
+
+            async def counted(key: str, seconds: int) -> Any:
+                one_by_one.append(key)
+                return await expire(key, seconds)
+
             for read in (config, saved):
                 for key in existing:
                     await redis.expire(key, 5)
-                found = await saver.aget_tuple(read)
+                redis.expire = counted  # the library's refresh: an EXPIRE round trip per key
+                try:
+                    found = await saver.aget_tuple(read)
+                finally:
+                    redis.expire = expire
+                assert one_by_one == [], "the EXPIREs go in one pipeline"
                 assert found is not None
                 assert found.metadata["step"] == 1
                 assert [w[1:] for w in found.pending_writes] == [("messages", "x")]
@@ -185,6 +210,45 @@ async def test_a_redis_read_refreshes_the_ttl_of_what_it_read() -> None:
                     assert set(refreshed) == set(existing), ttls
                 else:  # by id: the pointer is not what was read
                     assert set(existing) - set(refreshed) <= set(pointer), ttls
+
+
+async def test_a_refresh_whose_pipeline_fails_expires_each_key_on_its_own() -> None:
+    """Best effort, as the library's refresh is: if the pipelined ``EXPIRE`` commands fail (a
+    dropped connection), each key is refreshed on its own, and nothing is raised."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    with private_redis() as server:
+        async with HealingRedisSaver.from_conn_string(
+            server.url, ttl={"default_ttl": 1, "refresh_on_read": True}
+        ) as saver:
+            await saver.asetup()
+            config: Any = {"configurable": {"thread_id": "ttl-fails", "checkpoint_ns": ""}}
+            saved = await saver.aput(config, empty_checkpoint(), {"step": 1}, {})
+            await saver.aput_writes(saved, [("messages", "x")], "task-1")
+            redis = saver._redis
+            existing = [k for k in await saver.thread_keys("ttl-fails") if await redis.exists(k)]
+            assert len(existing) >= 3, existing
+            for key in existing:
+                await redis.expire(key, 5)
+            pipeline = redis.pipeline
+
+            def dropping(*args: Any, **kwargs: Any) -> Any:
+                made = pipeline(*args, **kwargs)
+
+                async def execute(raise_on_error: bool = True) -> Any:
+                    await made.reset()
+                    raise ConnectionError("the connection dropped")
+
+                made.execute = execute
+                return made
+
+            redis.pipeline = dropping
+            try:
+                await saver._expire_all(existing, 60)
+            finally:
+                redis.pipeline = pipeline
+            ttls = {k: await redis.ttl(k) for k in existing}
+            assert all(t > 50 for t in ttls.values()), ttls
 
 
 async def test_the_profiles_redis_client_speaks_redisjson_through_orjson() -> None:

@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from threadkeeper.adapters.atomic import StagedPut
 from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
@@ -26,6 +26,18 @@ from threadkeeper.adapters.sql import check_claim, insert_record, run_records
 from threadkeeper.adapters.timeouts import answer_within
 
 log = logging.getLogger(__name__)
+
+
+async def session_id(conn: AsyncConnection) -> int:
+    """The connection's MySQL session (``CONNECTION_ID()``, what ``KILL`` takes), as the driver
+    learnt it from the server's handshake (asyncmy's ``thread_id()``): no round trip per round.
+    SQLAlchemy's pool never reconnects a connection in place (a ping that fails replaces it),
+    so the handshake's id is the session's. A driver that does not say is asked the server."""
+    raw = await conn.get_raw_connection()
+    told = getattr(raw.driver_connection, "thread_id", None)
+    if callable(told) and (known := told()):
+        return int(known)
+    return int((await conn.execute(text("SELECT CONNECTION_ID()"))).scalar_one())
 
 
 class ArchiveRoundStore(RoundStore):
@@ -48,7 +60,7 @@ class ArchiveRoundStore(RoundStore):
         async with self.engine.connect() as conn:
             try:
                 await check_claim(conn, write.thread_key, write.claim)
-                session = (await conn.execute(text("SELECT CONNECTION_ID()"))).scalar_one()
+                session = await session_id(conn)
                 await self.archive.append_in(conn, write.round, write.tools)
                 await insert_record(conn, write.stored_record())
             except BaseException:
