@@ -6,7 +6,8 @@ Outside a run's staging the wrapper must behave exactly like the saver it wraps.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -166,10 +167,12 @@ async def test_the_redis_saver_reads_and_writes_messages_through_its_memo() -> N
             assert stored[0] == stored[1]
 
 
-async def test_a_redis_read_refreshes_the_ttl_of_what_it_read() -> None:
-    """``HealingRedisSaver`` reads a checkpoint's document once (its own ``aget_tuple``) and
-    keeps the library's TTL refresh on read: the checkpoint, its latest pointer and its writes
-    get the whole TTL again, for a read of the newest checkpoint and for one by id."""
+@asynccontextmanager
+async def written_with_a_ttl(
+    thread: str,
+) -> AsyncIterator[tuple[HealingRedisSaver, Any, Any, list[str]]]:
+    """A saver (TTL 1 minute, refreshed on read) on a private Redis Stack, one checkpoint of
+    ``thread`` with one write, and the thread's keys that exist — each left with 5 s to live."""
     from langgraph.checkpoint.base import empty_checkpoint
 
     with private_redis() as server:
@@ -177,78 +180,76 @@ async def test_a_redis_read_refreshes_the_ttl_of_what_it_read() -> None:
             server.url, ttl={"default_ttl": 1, "refresh_on_read": True}
         ) as saver:
             await saver.asetup()
-            config: Any = {"configurable": {"thread_id": "ttl", "checkpoint_ns": ""}}
+            config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
             saved = await saver.aput(config, empty_checkpoint(), {"step": 1}, {})
             await saver.aput_writes(saved, [("messages", "x")], "task-1")
-            keys = await saver.thread_keys("ttl")
-            redis = saver._redis
-            existing = [k for k in keys if await redis.exists(k)]
+            keys = await saver.thread_keys(thread)
+            existing = [k for k in keys if await saver._redis.exists(k)]
             assert len(existing) >= 3, keys  # checkpoint, pointer, write (and its registry)
-            one_by_one: list[str] = []
-            expire = redis.expire
+            for key in existing:
+                await saver._redis.expire(key, 5)
+            yield saver, config, saved, existing
 
-            async def counted(key: str, seconds: int) -> Any:
-                one_by_one.append(key)
-                return await expire(key, seconds)
 
-            for read in (config, saved):
-                for key in existing:
-                    await redis.expire(key, 5)
-                redis.expire = counted  # the library's refresh: an EXPIRE round trip per key
-                try:
-                    found = await saver.aget_tuple(read)
-                finally:
-                    redis.expire = expire
-                assert one_by_one == [], "the EXPIREs go in one pipeline"
-                assert found is not None
-                assert found.metadata["step"] == 1
-                assert [w[1:] for w in found.pending_writes] == [("messages", "x")]
-                ttls = {k: await redis.ttl(k) for k in existing}
-                pointer = [k for k in existing if "checkpoint_latest" in k]
-                refreshed = {k: t for k, t in ttls.items() if t > 50}
-                if read is config:
-                    assert set(refreshed) == set(existing), ttls
-                else:  # by id: the pointer is not what was read
-                    assert set(existing) - set(refreshed) <= set(pointer), ttls
+async def test_a_redis_read_refreshes_the_ttl_of_what_it_read() -> None:
+    """``HealingRedisSaver`` reads a checkpoint's document once (its own ``aget_tuple``) and
+    keeps the library's TTL refresh on read: the checkpoint, its latest pointer and its writes
+    get the whole TTL again, for a read of the newest checkpoint and for one by id — their
+    ``EXPIRE`` commands in one pipeline, not a round trip each."""
+    async with written_with_a_ttl("ttl") as (saver, config, saved, existing):
+        redis = saver._redis
+        one_by_one: list[str] = []
+        expire = redis.expire
+
+        async def counted(key: str, seconds: int) -> Any:
+            one_by_one.append(key)
+            return await expire(key, seconds)
+
+        for read in (config, saved):
+            for key in existing:
+                await redis.expire(key, 5)
+            redis.expire = counted  # the library's refresh: an EXPIRE round trip per key
+            try:
+                found = await saver.aget_tuple(read)
+            finally:
+                redis.expire = expire
+            assert one_by_one == [], "the EXPIREs go in one pipeline"
+            assert found is not None
+            assert found.metadata["step"] == 1
+            assert [w[1:] for w in found.pending_writes] == [("messages", "x")]
+            ttls = {k: await redis.ttl(k) for k in existing}
+            pointer = [k for k in existing if "checkpoint_latest" in k]
+            refreshed = {k: t for k, t in ttls.items() if t > 50}
+            if read is config:
+                assert set(refreshed) == set(existing), ttls
+            else:  # by id: the pointer is not what was read
+                assert set(existing) - set(refreshed) <= set(pointer), ttls
 
 
 async def test_a_refresh_whose_pipeline_fails_expires_each_key_on_its_own() -> None:
     """Best effort, as the library's refresh is: if the pipelined ``EXPIRE`` commands fail (a
     dropped connection), each key is refreshed on its own, and nothing is raised."""
-    from langgraph.checkpoint.base import empty_checkpoint
+    async with written_with_a_ttl("ttl-fails") as (saver, _, _, existing):
+        redis = saver._redis
+        pipeline = redis.pipeline
 
-    with private_redis() as server:
-        async with HealingRedisSaver.from_conn_string(
-            server.url, ttl={"default_ttl": 1, "refresh_on_read": True}
-        ) as saver:
-            await saver.asetup()
-            config: Any = {"configurable": {"thread_id": "ttl-fails", "checkpoint_ns": ""}}
-            saved = await saver.aput(config, empty_checkpoint(), {"step": 1}, {})
-            await saver.aput_writes(saved, [("messages", "x")], "task-1")
-            redis = saver._redis
-            existing = [k for k in await saver.thread_keys("ttl-fails") if await redis.exists(k)]
-            assert len(existing) >= 3, existing
-            for key in existing:
-                await redis.expire(key, 5)
-            pipeline = redis.pipeline
+        def dropping(*args: Any, **kwargs: Any) -> Any:
+            made = pipeline(*args, **kwargs)
 
-            def dropping(*args: Any, **kwargs: Any) -> Any:
-                made = pipeline(*args, **kwargs)
+            async def execute(raise_on_error: bool = True) -> Any:
+                await made.reset()
+                raise ConnectionError("the connection dropped")
 
-                async def execute(raise_on_error: bool = True) -> Any:
-                    await made.reset()
-                    raise ConnectionError("the connection dropped")
+            made.execute = execute
+            return made
 
-                made.execute = execute
-                return made
-
-            redis.pipeline = dropping
-            try:
-                await saver._expire_all(existing, 60)
-            finally:
-                redis.pipeline = pipeline
-            ttls = {k: await redis.ttl(k) for k in existing}
-            assert all(t > 50 for t in ttls.values()), ttls
+        redis.pipeline = dropping
+        try:
+            await saver._expire_all(existing, 60)
+        finally:
+            redis.pipeline = pipeline
+        ttls = {k: await redis.ttl(k) for k in existing}
+        assert all(t > 50 for t in ttls.values()), ttls
 
 
 async def test_the_profiles_redis_client_speaks_redisjson_through_orjson() -> None:

@@ -127,7 +127,7 @@ class HealingRedisSaver(AsyncRedisSaver):
         is parsed once with orjson; the rest — the TTL refresh, pending sends and writes, the
         metadata and the tuple — is the library's, in its order, through its own helpers (the
         saver conformance suite pins the result), except that the refresh's ``EXPIRE`` commands go
-        in one pipelined round trip (``_expire_all``), not one each."""
+        in one pipelined round trip (``_refresh``), not one each."""
         configurable = config["configurable"]
         thread_id = configurable["thread_id"]
         checkpoint_ns = configurable.get("checkpoint_ns", "")
@@ -168,35 +168,7 @@ class HealingRedisSaver(AsyncRedisSaver):
         doc_parent_id = from_storage_safe_id(parent_id)
 
         if refresh and results[1] > 0:  # -2: gone, -1: no expiry, 0: expired
-            write_keys: list[str] = []
-            if self._key_registry:
-                write_keys = await self._key_registry.get_write_keys(
-                    doc_thread_id, doc_ns, doc_checkpoint_id
-                )
-            if not by_id:  # keep the pointer's TTL with the checkpoint it points to
-                write_keys = [
-                    *write_keys,
-                    self._make_redis_checkpoint_latest_key(doc_thread_id, doc_ns),
-                ]
-            ttl_minutes = (self.ttl_config or {}).get("default_ttl")
-            if ttl_minutes is not None and ttl_minutes > 0:
-                # the library's EXPIREs, in its order, in one round trip
-                registry = (
-                    [
-                        self._key_registry.make_write_keys_zset_key(
-                            doc_thread_id, doc_ns, doc_checkpoint_id
-                        )
-                    ]
-                    if self._key_registry
-                    else []
-                )
-                await self._expire_all([key, *write_keys, *registry], int(ttl_minutes * 60))
-            else:  # none, or -1 (persist): the library's way
-                await self._apply_ttl_to_keys(key, write_keys or None)
-                if self._key_registry and ttl_minutes is not None:
-                    await self._key_registry.apply_ttl(
-                        doc_thread_id, doc_ns, doc_checkpoint_id, int(ttl_minutes * 60)
-                    )
+            await self._refresh(key, doc_thread_id, doc_ns, doc_checkpoint_id, pointer=not by_id)
 
         checkpoint = document.get("checkpoint") or {}
         pending_writes_load = self._aload_pending_writes(
@@ -241,6 +213,34 @@ class HealingRedisSaver(AsyncRedisSaver):
             parent_config=parent_config,
             pending_writes=pending_writes,
         )
+
+    async def _refresh(
+        self, key: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str, *, pointer: bool
+    ) -> None:
+        """The library's TTL refresh on read of the checkpoint at ``key``: it, its writes, its
+        latest pointer (when the read followed it) and its writes' registry get the whole TTL
+        again — their ``EXPIRE`` commands, in the library's order, in one round trip."""
+        write_keys: list[str] = []
+        if self._key_registry:
+            write_keys = await self._key_registry.get_write_keys(
+                thread_id, checkpoint_ns, checkpoint_id
+            )
+        if pointer:  # keep the pointer's TTL with the checkpoint it points to
+            write_keys.append(self._make_redis_checkpoint_latest_key(thread_id, checkpoint_ns))
+        ttl_minutes = (self.ttl_config or {}).get("default_ttl")
+        if ttl_minutes is None or ttl_minutes <= 0:  # none, or -1 (persist): the library's way
+            await self._apply_ttl_to_keys(key, write_keys or None)
+            if self._key_registry and ttl_minutes is not None:
+                await self._key_registry.apply_ttl(
+                    thread_id, checkpoint_ns, checkpoint_id, int(ttl_minutes * 60)
+                )
+            return
+        keys = [key, *write_keys]
+        if self._key_registry:
+            keys.append(
+                self._key_registry.make_write_keys_zset_key(thread_id, checkpoint_ns, checkpoint_id)
+            )
+        await self._expire_all(keys, int(ttl_minutes * 60))
 
     async def _expire_all(self, keys: list[str], ttl_seconds: int) -> None:
         """``EXPIRE`` each of ``keys``, best effort, as the library's read does — the
