@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,28 +43,9 @@ from benchmarks.service_support import (
     start_sink,
     start_threadkeeper,
 )
+from tests.support.servers import storage  # the tests' fresh storage per profile
 
 PACKAGES = ("domain", "app", "adapters", "hooks")
-
-
-@contextlib.contextmanager
-def storage(profile: str) -> Iterator[Any]:
-    if profile == "embedded":
-        yield None
-        return
-    from tests.api.conftest import Servers
-
-    if profile == "postgres":
-        from tests.support.postgres import fresh_schema
-
-        with fresh_schema() as url:
-            yield Servers(postgres_url=url)
-        return
-    from tests.support.mysql import fresh_database
-    from tests.support.redis_stack import private_redis
-
-    with private_redis() as redis, fresh_database() as mysql:
-        yield Servers(redis_url=redis.url, mysql_url=mysql)
 
 
 def start(
@@ -141,7 +120,7 @@ def measure(
     sink = start_sink(Path(tempfile.mkdtemp()))
     same = other == Path(__file__).resolve().parents[1]  # this tree, under other_env
     other_name = f"{other}" + (f" {other_env}" if other_env else "")
-    with storage(profile) as mine_storage, storage(profile) as other_storage:
+    with storage(profile) as (mine_storage, _), storage(profile) as (other_storage, _):
         sides = {
             "this tree": start(profile, mine_storage, None, sink),
             other_name: start(profile, other_storage, None if same else other, sink, other_env),

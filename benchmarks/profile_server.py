@@ -288,24 +288,17 @@ def main() -> int:
     if args.out is None:
         parser.error("--out is required")
     with contextlib.ExitStack() as stack:
-        if args.profile == "postgres" and "THREADKEEPER_POSTGRES_URL" not in os.environ:
-            from tests.support.postgres import fresh_schema
-
-            os.environ["THREADKEEPER_POSTGRES_URL"] = stack.enter_context(fresh_schema())
-            os.environ["THREADKEEPER_SERVICE_TOKEN"] = TOKEN
-        elif args.profile == "redis-mysql" and "THREADKEEPER_MYSQL_URL" not in os.environ:
-            from tests.support.mysql import fresh_database
-            from tests.support.redis_stack import private_redis
-
-            redis = stack.enter_context(private_redis())
-            os.environ["THREADKEEPER_REDIS_URL"] = redis.url
-            os.environ["THREADKEEPER_MYSQL_URL"] = stack.enter_context(fresh_database())
-            os.environ["THREADKEEPER_SERVICE_TOKEN"] = TOKEN
-        elif args.profile not in ("embedded", "postgres", "redis-mysql"):
+        if args.profile not in ("embedded", "postgres", "redis-mysql"):
             parser.error(
                 "--profile: embedded, postgres (a fresh schema of the test server) or "
                 "redis-mysql (a private Redis Stack and a fresh MySQL database)"
             )
+        given = {"postgres": "THREADKEEPER_POSTGRES_URL", "redis-mysql": "THREADKEEPER_MYSQL_URL"}
+        if args.profile in given and given[args.profile] not in os.environ:
+            from tests.support.servers import storage  # the tests' fresh storage per profile
+
+            servers, _ = stack.enter_context(storage(args.profile))
+            os.environ.update(servers.env(), THREADKEEPER_SERVICE_TOKEN=TOKEN)
         return profile(args)
 
 
