@@ -18,11 +18,15 @@ from threadkeeper.adapters.profile import Backend
 from threadkeeper.adapters.redis_mysql import PROFILE as REDIS_MYSQL
 from threadkeeper.adapters.redis_mysql.settings import RedisMysqlSettings
 from threadkeeper.conformance.backend import BackendConformance
+from threadkeeper.conformance.isolation import IsolationConformance
+from threadkeeper.domain.threads import ThreadScope
 
 pytestmark = pytest.mark.integration
 
 
-class TestPostgresBackend(BackendConformance):
+class PostgresOpened:
+    """``open_backend``: postgres on a fresh migrated schema."""
+
     @pytest.fixture
     def url(self) -> Iterator[str]:
         with fresh_schema() as migrated:
@@ -32,6 +36,10 @@ class TestPostgresBackend(BackendConformance):
     async def open_backend(self, url: str) -> AsyncIterator[Backend]:
         async with POSTGRES.open(PostgresSettings(postgres_url=url)) as opened:
             yield opened
+
+
+class TestPostgresBackend(PostgresOpened, BackendConformance):
+    pass
 
 
 @pytest.fixture
@@ -71,7 +79,10 @@ def redis_server() -> Iterator[PrivateRedis]:
         yield server
 
 
-class TestRedisMysqlBackend(BackendConformance):
+class RedisMysqlOpened:
+    """``open_backend``: redis-mysql on a fresh MariaDB database and the flushed private
+    Redis Stack."""
+
     @pytest.fixture
     def mysql(self) -> Iterator[str]:
         with fresh_database() as url:
@@ -87,3 +98,24 @@ class TestRedisMysqlBackend(BackendConformance):
         )
         async with REDIS_MYSQL.open(settings) as opened:
             yield opened
+
+
+class TestRedisMysqlBackend(RedisMysqlOpened, BackendConformance):
+    pass
+
+
+class TestPostgresIsolation(PostgresOpened, IsolationConformance):
+    """Sibling ids never see or delete each other's data (issue 26)."""
+
+
+class TestPostgresIsolationGlobalScope(TestPostgresIsolation):
+    scope = ThreadScope.GLOBAL
+
+
+class TestRedisMysqlIsolation(RedisMysqlOpened, IsolationConformance):
+    """Sibling ids never see or delete each other's data (issue 26): the MySQL store's
+    ``LIKE`` prefix search is wrapped (``u_1`` matched ``uX1``, ``u1`` matched ``u10``)."""
+
+
+class TestRedisMysqlIsolationGlobalScope(TestRedisMysqlIsolation):
+    scope = ThreadScope.GLOBAL

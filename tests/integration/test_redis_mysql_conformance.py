@@ -316,3 +316,28 @@ async def test_replicas_starting_or_healing_together_do_not_trip_over_the_indexe
                 )
     finally:
         await client.aclose()
+
+
+async def test_pruning_a_thread_never_evicts_its_head_for_a_sibling_differing_in_case(
+    backend: RedisMysqlBackend,
+) -> None:
+    """RediSearch TAG matching ignores case: the keep-latest prune of ``acme:alice:t`` found
+    ``acme:Alice:t``'s newer checkpoint too, kept it (as alice's newest) and evicted alice's own
+    head (issue 26). Only the thread's own checkpoints are weighed, and none of another's is
+    touched."""
+    from threadkeeper.conformance.backend import Turn, head_of, store_round
+
+    lower, upper = ThreadRef("acme", "alice", "t"), ThreadRef("acme", "Alice", "t")
+    await store_round(backend, lower, Turn.make(1))
+    await store_round(backend, lower, Turn.make(2))
+    mine = await head_of(backend, lower)
+    await store_round(backend, upper, Turn.make(1))  # newer than alice's head
+    theirs = await head_of(backend, upper)
+    assert mine is not None
+    assert theirs is not None
+    await backend.saver.aprune([lower.key], strategy="keep_latest")
+    assert await head_of(backend, lower) == mine
+    assert await head_of(backend, upper) == theirs
+    await backend.saver.adelete_thread(lower.key)
+    assert await head_of(backend, lower) is None
+    assert await head_of(backend, upper) == theirs

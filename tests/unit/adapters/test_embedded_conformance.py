@@ -12,12 +12,14 @@ from threadkeeper.adapters.embedded import PROFILE, EmbeddedBackend, open_embedd
 from threadkeeper.adapters.embedded.settings import EmbeddedSettings
 from threadkeeper.adapters.profile import Backend
 from threadkeeper.conformance.backend import BackendConformance
+from threadkeeper.conformance.isolation import IsolationConformance
 from threadkeeper.conformance.retention import CheckpointRetentionHarness, RetentionConformance
 from threadkeeper.conformance.run_lock import LockFactory, RunLockConformance
 from threadkeeper.conformance.run_records import RunRecordsConformance
 from threadkeeper.conformance.thread_lock import ThreadLockConformance, ThreadLockFactory
 from threadkeeper.domain.locks import RunFences
 from threadkeeper.domain.runs import RunRecords
+from threadkeeper.domain.threads import ThreadScope
 
 
 class TestEmbeddedRunLock(RunLockConformance):
@@ -114,3 +116,17 @@ async def test_a_thread_keeps_only_its_newest_checkpoint(tmp_path: Path) -> None
         await store_round(backend, other, Turn.make(9))
         kept = await backend.saver.aget_tuple({"configurable": {"thread_id": ref.key}})
         assert kept is not None, "another thread's round prunes only its own"
+
+
+class TestEmbeddedIsolation(IsolationConformance):
+    """Sibling ids (``u1`` / ``u10``, ``u_1`` / ``uX1``, ``a`` / ``A``) never see or delete
+    each other's data (issue 26)."""
+
+    @pytest.fixture
+    async def open_backend(self, tmp_path: Path) -> AsyncIterator[Backend]:
+        async with PROFILE.open(EmbeddedSettings(data_dir=str(tmp_path / "data"))) as opened:
+            yield opened
+
+
+class TestEmbeddedIsolationGlobalScope(TestEmbeddedIsolation):
+    scope = ThreadScope.GLOBAL

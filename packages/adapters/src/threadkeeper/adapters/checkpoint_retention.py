@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, PutOp
 
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
 from threadkeeper.domain.locks import RunLock, ThreadLock
@@ -35,17 +35,38 @@ def transcript_count(messages: Sequence[BaseMessage]) -> int:
     )
 
 
+def under(namespace: Sequence[str], prefix: Sequence[str]) -> bool:
+    """Whether ``namespace`` is ``prefix`` or below it, label by label (never by text: ``u1``
+    is not under ``u10``, nor ``u_1`` under ``uX1``)."""
+    return tuple(namespace[: len(prefix)]) == tuple(prefix)
+
+
 async def delete_store_prefix(store: BaseStore, prefix: tuple[str, ...]) -> int:
-    """Delete every item under a namespace prefix; how many were deleted."""
+    """Delete every item under a namespace prefix (whole labels); how many were deleted.
+
+    Whatever a store answers, only items under ``prefix`` are deleted, each under its own
+    namespace, and every pass deletes what it found or stops: a store whose search also
+    returns another namespace's items (the MySQL store's ``LIKE`` did) can neither make it
+    delete those nor keep it looping (issue 26)."""
     deleted = 0
+    gone: set[tuple[tuple[str, ...], str]] = set()
     for namespace in await store.alist_namespaces(prefix=prefix, limit=10_000):
+        if not under(namespace, prefix):
+            log.error("the store listed a namespace outside the one being deleted; skipped")
+            continue
         while True:
             items = await store.asearch(namespace, limit=1000)
-            if not items:
+            mine = [item for item in items if under(item.namespace, prefix)]
+            if len(mine) < len(items):
+                log.error("the store's search answered items of another namespace; skipped")
+            if not mine:
                 break
-            for item in items:
-                await store.adelete(namespace, item.key)
-                deleted += 1
+            found = {(tuple(item.namespace), item.key) for item in mine}
+            if found <= gone:  # deleted before, still found: never loop on it
+                raise RuntimeError("the store kept items it was asked to delete")
+            gone |= found
+            await store.abatch([PutOp(tuple(item.namespace), item.key, None) for item in mine])
+            deleted += len(mine)
     return deleted
 
 

@@ -68,6 +68,8 @@ async def load_memory(store: BaseStore, tenant_id: str, user_id: str) -> list[di
         }
         for kind, items in zip(MEMORY_KINDS, found, strict=True)
         for item in cast("list[SearchItem]", items)
+        # only the user's own namespace, whatever the store's search matched (issue 26)
+        if tuple(item.namespace) == memory_namespace(tenant_id, user_id, kind)
     ]
 
 

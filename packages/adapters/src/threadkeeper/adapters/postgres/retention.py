@@ -83,12 +83,19 @@ class PostgresRetention(CheckpointRetention):
 
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
         """Also what no checkpoint refers to: message rows a failed first commit left behind
-        (found by the thread key's user prefix) and the user's rate-limit rows."""
+        on a thread that has no checkpoint (found by the thread key's user prefix), and the
+        user's rate-limit rows.
+
+        Only threads without any checkpoint: in scope ``global`` a key is ``tenant:thread``,
+        so carol's thread ``bob:notes`` has the key a thread of user ``bob`` has in scope
+        ``user`` — its rows are carol's and stay (issue 26: they were deleted, and the thread
+        failed with ``LedgerCorrupt`` in the next process)."""
         receipt = await super().erase_user(tenant_id, user_id)
         prefix = f"{tenant_id}:{user_id}:"  # ThreadRef.key of the user's threads (no ":" in ids)
         async with self.pool.connection() as conn:
             await conn.execute(
-                f"DELETE FROM {LEDGER} WHERE thread_id LIKE %s ESCAPE '\\'",  # LEDGER: constant
+                f"DELETE FROM {LEDGER} m WHERE m.thread_id LIKE %s ESCAPE '\\'"  # a constant
+                " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = m.thread_id)",
                 (_like_prefix(prefix),),
             )
             await conn.execute(

@@ -8,7 +8,8 @@
   message, final answer and citations, written once a run finished; ``GET /messages`` reads it
   and a thread without checkpoints is seeded from it (cold start).
 - Memory: ``langgraph-checkpoint-mysql``'s ``AsyncMyStore`` (a ``BaseStore`` on MySQL) over an
-  asyncmy pool; run records and feedback: ``SqlRunRecords`` on the same database.
+  asyncmy pool, its namespace prefixes matched on whole labels (``ExactMyStore``,
+  ``store.py``); run records and feedback: ``SqlRunRecords`` on the same database.
 - One run per thread: ``RedisRunLock`` (``SET NX PX`` with a token, extended while it lives).
 - ``migrate_redis_mysql`` creates the MySQL schema (the store's ``setup()`` and threadkeeper's
   Alembic migrations); the service never issues SQL DDL at start and refuses a schema that is
@@ -50,6 +51,7 @@ from threadkeeper.adapters.redis_mysql.lock import RedisRunLock
 from threadkeeper.adapters.redis_mysql.ratelimit import RedisWindows
 from threadkeeper.adapters.redis_mysql.rounds import ArchiveRoundStore
 from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
+from threadkeeper.adapters.redis_mysql.store import ExactMyStore
 from threadkeeper.adapters.rounds import RoundsOf
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
 from threadkeeper.adapters.timeouts import answer_within
@@ -319,7 +321,7 @@ class ArchiveRetention(HeldDeletion):
         self,
         archive: SqlTranscriptArchive,
         saver: HealingRedisSaver,
-        store: AsyncMyStore,
+        store: ExactMyStore,
         runs: SqlRunRecords,
         lock: RunLock | ThreadLock | None = None,
         fences: SqlRunFences | None = None,
@@ -385,7 +387,7 @@ class ArchiveRetention(HeldDeletion):
 class RedisMysqlBackend(RoundsOf):
     redis: Redis
     saver: HealingRedisSaver
-    store: AsyncMyStore
+    store: ExactMyStore
     engine: AsyncEngine
     archive: SqlTranscriptArchive
     runs: SqlRunRecords
@@ -480,7 +482,7 @@ async def open_redis_mysql(
                 "`threadkeeper migrate` with THREADKEEPER_PROFILE=redis-mysql first"
             )
         pool = FailFastPool(await _store_pool(mysql_url_))
-        store = AsyncMyStore(conn=pool)
+        store = ExactMyStore(conn=pool)
         saver = HealingRedisSaver(
             redis_client=redis,
             ttl={"default_ttl": checkpoint_ttl_minutes, "refresh_on_read": True},

@@ -16,6 +16,7 @@ client encodes RedisJSON with orjson (``client.OrjsonRedis``, what the profile c
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -348,11 +349,86 @@ class HealingRedisSaver(AsyncRedisSaver):
         keep_last: int | None = None,
         max_results: int = 10000,
     ) -> None:
-        await self._healing(
-            lambda: super(HealingRedisSaver, self).aprune(
-                thread_ids, strategy=strategy, keep_last=keep_last, max_results=max_results
+        """The library's ``aprune``, weighing only each thread's own checkpoints.
+
+        RediSearch matches a TAG without regard to case, so the library's search for
+        ``acme:alice:t`` also returns ``acme:Alice:t``'s checkpoints; it sorted them with
+        alice's, kept the newest — possibly Alice's — and evicted alice's own head (issue 26).
+        Here the documents found are kept only where their ``thread_id`` is the thread's,
+        exactly, before anything is weighed or deleted."""
+        if keep_last is None:
+            keep_last = 0 if strategy == "delete" else 1
+        if keep_last < 0:
+            raise ValueError(f"``keep_last`` must be >= 0, got {keep_last}")
+        for thread_id in thread_ids:
+            await self._healing(functools.partial(self._prune, thread_id, keep_last, max_results))
+
+    async def _own(self, index: Any, safe: str, fields: list[str], limit: int) -> list[Any]:
+        """The documents of ``index`` whose ``thread_id`` is ``safe`` — exactly, not as the
+        case-blind TAG match found them."""
+        found = await index.search(
+            FilterQuery(
+                filter_expression=Tag("thread_id") == safe,
+                return_fields=["thread_id", *fields],
+                num_results=limit,
             )
         )
+        return [doc for doc in found.docs if getattr(doc, "thread_id", None) == safe]
+
+    async def _prune(self, thread_id: str, keep_last: int, limit: int) -> None:
+        safe = to_storage_safe_id(thread_id)
+        docs = await self._own(
+            self.checkpoints_index, safe, ["checkpoint_ns", "checkpoint_id"], limit
+        )
+        by_ns: dict[str, list[str]] = {}
+        for doc in docs:
+            by_ns.setdefault(getattr(doc, "checkpoint_ns", ""), []).append(
+                getattr(doc, "checkpoint_id", "")
+            )
+        evicted_ids = {
+            namespace: sorted(ids, reverse=True)[keep_last:]  # ids sort in time order
+            for namespace, ids in by_ns.items()
+        }
+        gone = {checkpoint_id for ids in evicted_ids.values() for checkpoint_id in ids}
+        if not gone:
+            return
+        writes = await self._own(
+            self.checkpoint_writes_index,
+            safe,
+            ["checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+            limit,
+        )
+        keys = [
+            self._make_redis_checkpoint_writes_key(
+                safe,
+                getattr(w, "checkpoint_ns", ""),
+                getattr(w, "checkpoint_id", ""),
+                getattr(w, "task_id", ""),
+                int(getattr(w, "idx", 0)),
+            )
+            for w in writes
+            if getattr(w, "checkpoint_id", None) in gone
+        ]
+        for namespace, ids in by_ns.items():
+            evicted = evicted_ids[namespace]
+            for checkpoint_id in evicted:
+                keys.append(self._make_redis_checkpoint_key(safe, namespace, checkpoint_id))
+                if self._key_registry:
+                    keys.append(
+                        self._key_registry.make_write_keys_zset_key(
+                            thread_id, namespace, checkpoint_id
+                        )
+                    )
+            if len(evicted) == len(ids):
+                keys.append(
+                    self._make_redis_checkpoint_latest_key(
+                        thread_id, from_storage_safe_str(namespace)
+                    )
+                )
+        pipeline = self._redis.pipeline(transaction=False)
+        for key in keys:
+            pipeline.delete(key)
+        await pipeline.execute()
 
     async def thread_keys(self, thread_id: str) -> list[str]:
         """The Redis keys that hold the thread: its checkpoints and their latest pointers, its
