@@ -132,7 +132,7 @@ async def test_the_service_refuses_a_schema_behind_the_code(url: str) -> None:
     """A database migrated by an older release (Alembic one revision back) is refused too."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("UPDATE tk_alembic_version SET version_num = '0002'")
-    with pytest.raises(SchemaNotReady, match=r"at 0002, wanted 0007.*threadkeeper migrate"):
+    with pytest.raises(SchemaNotReady, match=r"at 0002, wanted 0008.*threadkeeper migrate"):
         async with open_postgres(url):
             pytest.fail("opened a schema behind the code")
 

@@ -50,7 +50,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from threadkeeper.domain.compact import Segment, decode_text, delta_size, encode_text, text_digest
 from threadkeeper.domain.errors import ClaimLost
-from threadkeeper.domain.locks import RunFences, new_token
+from threadkeeper.domain.locks import USER_BEING_ERASED, RunFences, new_token
 from threadkeeper.domain.runs import (
     EXPORT_PAGE,
     Feedback,
@@ -139,6 +139,19 @@ run_claims = Table(
 )
 """Each thread's current claim (``RunFences``): written when a run takes the thread, checked
 by the transaction that stores its round."""
+
+user_fences = Table(
+    "tk_user_fences",
+    metadata,
+    Column("tenant_id", String(128), primary_key=True),
+    Column("user_id", String(128), primary_key=True),
+    Column("erasing", Boolean, nullable=False, default=False),
+)
+"""One row per user whose runs claim threads: ``erasing`` while the user's erasure runs. A
+claim writes the row (locking it) and is refused while ``erasing``; the erasure sets it
+(waiting for claims being made) before revoking the user's claims, and deletes the row when
+it is over. So a claim is made before the erasure (and revoked by it) or refused — never
+made meanwhile unseen (``RunFences.revoke_user``)."""
 
 run_texts = Table(
     "tk_run_texts",
@@ -527,6 +540,50 @@ async def check_claim(conn: AsyncConnection, thread_key: str, token: str) -> Non
         )
 
 
+_ERASING = select(user_fences.c.erasing).where(
+    user_fences.c.tenant_id == bindparam("tenant_id"),
+    user_fences.c.user_id == bindparam("user_id"),
+)
+
+
+async def user_fence(conn: AsyncConnection, tenant_id: str, user_id: str) -> None:
+    """In a claim's transaction: write the user's fence row — which locks it until the claim
+    commits, so an erasure beginning meanwhile waits for the claim, then revokes it — and
+    refuse the claim while the user is being erased.
+
+    Raises:
+        ClaimLost: the user's erasure is under way.
+    """
+    key = {"tenant_id": tenant_id, "user_id": user_id}
+    # insert, or rewrite the row as it is: either way the row is this transaction's now
+    await conn.execute(*_keep_fence(conn, key))
+    if (await conn.execute(_ERASING, key)).scalar():
+        raise ClaimLost(USER_BEING_ERASED)
+
+
+def _keep_fence(conn: AsyncConnection, key: dict[str, str]) -> tuple[Any, dict[str, Any]]:
+    statement = _fence_upsert(conn.dialect.name)
+    return statement, key
+
+
+@functools.cache
+def _fence_upsert(dialect: str) -> Any:
+    """``INSERT (tenant, user, erasing=false)``, on a conflict ``erasing = erasing``."""
+    binds = {
+        "tenant_id": bindparam("tenant_id", type_=String()),
+        "user_id": bindparam("user_id", type_=String()),
+        "erasing": False,
+    }
+    if dialect in ("mysql", "mariadb"):
+        on_mysql = mysql.insert(user_fences).values(binds)
+        return on_mysql.on_duplicate_key_update(erasing=user_fences.c.erasing)
+    dialects = {"postgresql": postgresql, "sqlite": sqlite}
+    made = dialects[dialect].insert(user_fences).values(binds)
+    return made.on_conflict_do_update(
+        index_elements=["tenant_id", "user_id"], set_={"erasing": user_fences.c.erasing}
+    )
+
+
 def upsert(
     conn: AsyncConnection, table: Table, key: dict[str, Any], values: dict[str, Any]
 ) -> tuple[Any, dict[str, Any]]:
@@ -584,6 +641,8 @@ class SqlRunFences(SqlAccess, RunFences):
     """``RunFences`` in ``tk_run_claims`` (every profile: the claims live with the rounds)."""
 
     async def claim(self, thread_key: str, tenant_id: str, user_id: str, run_id: str) -> str:
+        """Claim the thread; refused (``ClaimLost``) while the user is being erased. A
+        deletion's claim (no user) is never refused."""
         token = new_token()
         values = {
             "tenant_id": tenant_id,
@@ -594,6 +653,8 @@ class SqlRunFences(SqlAccess, RunFences):
             "released": False,
         }
         async with self.begin() as conn:
+            if tenant_id:
+                await user_fence(conn, tenant_id, user_id)
             await conn.execute(*upsert(conn, run_claims, {"thread_key": thread_key}, values))
         return token
 
@@ -607,8 +668,18 @@ class SqlRunFences(SqlAccess, RunFences):
         return bool(current == token)
 
     async def revoke_user(self, tenant_id: str, user_id: str) -> list[str]:
+        """Mark the user erasing first (waiting for their claims being made: each holds the
+        user's row), then revoke every claim of theirs, in one transaction."""
         mine = (run_claims.c.tenant_id == tenant_id, run_claims.c.user_id == user_id)
         async with self.begin() as conn:
+            await conn.execute(
+                *upsert(
+                    conn,
+                    user_fences,
+                    {"tenant_id": tenant_id, "user_id": user_id},
+                    {"erasing": True},
+                )
+            )
             keys = [
                 str(r[0]) for r in await conn.execute(select(run_claims.c.thread_key).where(*mine))
             ]
@@ -620,11 +691,17 @@ class SqlRunFences(SqlAccess, RunFences):
             await conn.execute(delete(run_claims).where(run_claims.c.thread_key == thread_key))
 
     async def forget_user(self, tenant_id: str, user_id: str) -> None:
-        """Drop the user's claims (once their erasure deleted the threads)."""
+        """Drop the user's claims and their fence row (once their erasure deleted the
+        threads): nothing of the user stays, and their runs may claim again."""
         async with self.begin() as conn:
             await conn.execute(
                 delete(run_claims).where(
                     run_claims.c.tenant_id == tenant_id, run_claims.c.user_id == user_id
+                )
+            )
+            await conn.execute(
+                delete(user_fences).where(
+                    user_fences.c.tenant_id == tenant_id, user_fences.c.user_id == user_id
                 )
             )
 
@@ -639,7 +716,7 @@ class SqlRunRecords(SqlAccess, RunRecords):
 
     async def create_tables(self) -> None:
         """Create the tables if missing (embedded profile only; servers use migrations)."""
-        tables = [run_records, feedback, run_claims, run_texts]
+        tables = [run_records, feedback, run_claims, run_texts, user_fences]
 
         def create(sync: Any) -> None:
             metadata.create_all(sync, tables=tables)

@@ -725,6 +725,41 @@ class BackendConformance:
         again = await store_round(backend, flying, Turn.make(2))  # a new run after erasure
         assert await transcript_of(backend, flying) == expected(again.turn)
 
+    async def test_a_run_starting_during_its_users_erasure_stores_nothing(
+        self, backend: Backend, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A run that takes a thread after the erasure revoked the user's claims — here,
+        while the erasure looks for the user's threads — is fenced: it stores nothing, and
+        the receipt leaves no thread of it behind (issue 26: its thread stayed readable with
+        its run record deleted). A run after the receipt is stored whole."""
+        user = f"u{uuid.uuid4().hex[:8]}"
+        before, during = new_ref("acme", user), new_ref("acme", user)
+        await store_round(backend, before, Turn.make(0))
+        retention = backend.retention
+        find = retention.user_thread_keys
+        outcome: list[str] = []
+
+        async def a_run_meanwhile(tenant_id: str, user_id: str) -> set[str]:
+            try:
+                await store_round(backend, during, Turn.make(1))
+                outcome.append("stored")
+            except ClaimLost:
+                outcome.append("fenced")
+            return await find(tenant_id, user_id)
+
+        monkeypatch.setattr(retention, "user_thread_keys", a_run_meanwhile)
+        await retention.erase_user("acme", user)
+        monkeypatch.undo()
+        assert outcome == ["fenced"]
+        for ref in (before, during):
+            assert await transcript_of(backend, ref) is None
+            assert (await backend.storage_usage(ref.key)).total == 0
+        records = await backend.runs.since(now() - DAY, tenant_id="acme", limit=10_000)
+        assert [r for r in records if r.user_id == user] == []
+        after = await store_round(backend, during, Turn.make(2))
+        assert await transcript_of(backend, during) == expected(after.turn)
+        assert await backend.runs.get(during.key, after.record.run_id) is not None
+
     async def test_resetting_memory_forgets_it_in_the_store_and_the_run_records(
         self, backend: Backend
     ) -> None:

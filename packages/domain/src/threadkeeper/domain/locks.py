@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
-from threadkeeper.domain.errors import ThreadBusy
+from threadkeeper.domain.errors import ClaimLost, ThreadBusy
 
 
 class RunLock(ABC):
@@ -123,11 +123,27 @@ class RunFences(ABC):
 
     @abstractmethod
     async def revoke_user(self, tenant_id: str, user_id: str) -> list[str]:
-        """Revoke every claim of the user's runs (erasure); the thread keys they were on."""
+        """The user's erasure begins: revoke every claim of the user's runs, and refuse every
+        new claim of theirs (``ClaimLost``) until ``forget_user``; the thread keys the revoked
+        claims were on.
+
+        Atomic with respect to ``claim``: a claim of the user is either made before (and
+        revoked here) or refused. So no run that takes a thread while the erasure deletes the
+        user's threads can store a round after it — its state, read before the deletion,
+        would bring erased messages back (issue 26)."""
+
+    @abstractmethod
+    async def forget_user(self, tenant_id: str, user_id: str) -> None:
+        """The user's erasure is over: drop their claims, and their runs may claim again.
+        Until this is called (an erasure that failed half-way) the user's runs are refused;
+        retrying the erasure ends it."""
 
     @abstractmethod
     async def forget(self, thread_key: str) -> None:
         """Drop the thread's claim (the thread is deleted)."""
+
+
+USER_BEING_ERASED = "the user is being erased: the run may not take a thread until the erasure ends"
 
 
 def new_token() -> str:
@@ -187,11 +203,14 @@ class InMemoryRunFences(RunFences):
 
     def __init__(self) -> None:
         self._claims: dict[str, tuple[str, str, str]] = {}  # key → (token, tenant, user)
+        self._erasing: set[tuple[str, str]] = set()
         self._mutex = threading.Lock()
 
     async def claim(self, thread_key: str, tenant_id: str, user_id: str, run_id: str) -> str:
         token = new_token()
         with self._mutex:
+            if (tenant_id, user_id) in self._erasing:
+                raise ClaimLost(USER_BEING_ERASED)
             self._claims[thread_key] = (token, tenant_id, user_id)
         return token
 
@@ -204,7 +223,16 @@ class InMemoryRunFences(RunFences):
             keys = [k for k, (_, t, u) in self._claims.items() if (t, u) == (tenant_id, user_id)]
             for key in keys:
                 self._claims[key] = ("revoked", tenant_id, user_id)
+            self._erasing.add((tenant_id, user_id))
         return keys
+
+    async def forget_user(self, tenant_id: str, user_id: str) -> None:
+        with self._mutex:
+            for key in [
+                k for k, (_, t, u) in self._claims.items() if (t, u) == (tenant_id, user_id)
+            ]:
+                del self._claims[key]
+            self._erasing.discard((tenant_id, user_id))
 
     async def forget(self, thread_key: str) -> None:
         with self._mutex:

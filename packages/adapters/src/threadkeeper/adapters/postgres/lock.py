@@ -30,25 +30,40 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from threadkeeper.domain.errors import ThreadBusy
-from threadkeeper.domain.locks import ThreadLock, new_token
+from threadkeeper.domain.errors import ClaimLost, ThreadBusy
+from threadkeeper.domain.locks import USER_BEING_ERASED, ThreadLock, new_token
 from threadkeeper.domain.threads import log_name
 
 log = logging.getLogger(__name__)
 
 ACQUIRE = """
 WITH got AS MATERIALIZED (SELECT pg_try_advisory_lock(%(lock)s) AS ok),
+fence AS MATERIALIZED (
+    INSERT INTO tk_user_fences (tenant_id, user_id, erasing)
+    SELECT %(tenant)s::varchar, %(user)s::varchar, false FROM got
+    WHERE ok AND %(tenant)s::varchar <> ''
+    ON CONFLICT (tenant_id, user_id) DO UPDATE SET erasing = tk_user_fences.erasing
+    RETURNING erasing
+),
 claimed AS (
     INSERT INTO tk_run_claims
         (thread_key, tenant_id, user_id, run_id, token, claimed_at, released)
-    SELECT %(key)s, %(tenant)s, %(user)s, %(run)s, %(token)s, now(), false FROM got WHERE ok
+    SELECT %(key)s, %(tenant)s::varchar, %(user)s::varchar, %(run)s, %(token)s, now(), false
+    FROM got
+    WHERE ok AND NOT EXISTS (SELECT 1 FROM fence WHERE erasing)
     ON CONFLICT (thread_key) DO UPDATE SET
         tenant_id = EXCLUDED.tenant_id, user_id = EXCLUDED.user_id, run_id = EXCLUDED.run_id,
         token = EXCLUDED.token, claimed_at = EXCLUDED.claimed_at, released = false
     RETURNING 1
 )
-SELECT ok, (SELECT count(*) FROM claimed) AS claimed FROM got
+SELECT ok, (SELECT count(*) FROM claimed) AS claimed,
+    EXISTS (SELECT 1 FROM fence WHERE erasing) AS erasing
+FROM got
 """
+"""The lock, the user's fence row (``adapters.sql.user_fence``: written, so locked until the
+statement ends; a claim is refused while the user is being erased) and the claim, in one
+statement. A deletion's claim (no tenant) writes no fence row."""
+UNLOCK = "SELECT pg_advisory_unlock(%s)"
 HOLDER = "SELECT run_id, released FROM tk_run_claims WHERE thread_key = %s FOR SHARE"
 RELEASE = """
 WITH marked AS (
@@ -201,6 +216,9 @@ class AdvisoryThreadLock(ThreadLock):
             token = new_token()
             row = await self._execute(ACQUIRE, {**params, "token": token})
             assert row is not None
+            if row["ok"] and row["erasing"]:
+                await self._execute(UNLOCK, (params["lock"],))
+                raise ClaimLost(USER_BEING_ERASED)
             if row["ok"]:
                 return token, self._generation
             holder = await self._execute(HOLDER, (thread_key,))

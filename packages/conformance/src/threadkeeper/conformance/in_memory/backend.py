@@ -138,6 +138,10 @@ class MemoryFences(InMemoryRunFences):
         async with self.transaction:
             return await super().revoke_user(tenant_id, user_id)
 
+    async def forget_user(self, tenant_id: str, user_id: str) -> None:
+        async with self.transaction:
+            await super().forget_user(tenant_id, user_id)
+
     async def forget(self, thread_key: str) -> None:
         async with self.transaction:
             await super().forget(thread_key)
@@ -295,6 +299,7 @@ class MemoryRetention(HeldDeletion):
         receipt = await self.delete_threads(sorted(keys))
         _, stray_feedback = await self.backend.runs.erase_user(tenant_id, user_id)
         items = await delete_prefix(self.backend.store, user_namespace(tenant_id, user_id))
+        await self.backend.fences.forget_user(tenant_id, user_id)
         return receipt + ErasureReceipt(memory_items=items, feedback=stray_feedback)
 
     async def reset_memory(self, tenant_id: str, user_id: str) -> int:
