@@ -321,6 +321,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sock.close()
 
 
+def unguarded_warning(settings: Settings, host: str, where: str) -> str | None:
+    """What ``serve`` warns of when it answers anyone who can reach it: no service token (the
+    embedded profile's documented default, for a server on its own machine) on ``host``, an
+    address beyond loopback (``--host 0.0.0.0``). ``None`` when a token is set or ``host`` is
+    a loopback address."""
+    import ipaddress
+
+    if settings.service_token or settings.service_tokens:
+        return None
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])  # fe80::1%eth0: the zone
+    except ValueError:
+        address = None
+    if address is not None:
+        mapped = getattr(address, "ipv4_mapped", None)
+        if address.is_loopback or (mapped is not None and mapped.is_loopback):
+            return None
+    return (
+        f"serving the {settings.profile} profile on {where}, beyond this machine, without a "
+        "service token: anyone who can reach it can read, write and erase every tenant's "
+        "threads and memory by naming them in X-Tenant-Id and X-User-Id. Set "
+        "THREADKEEPER_SERVICE_TOKEN, or listen on 127.0.0.1 (--host)"
+    )
+
+
 def _draining_server_class() -> Any:
     import uvicorn
 
@@ -400,6 +425,8 @@ def _run_server(settings: Settings, args: argparse.Namespace, sock: socket.socke
             _storage(settings),
             _models(settings),
         )
+        if (warning := unguarded_warning(settings, host, where)) is not None:
+            log.warning("%s", warning)
         grace = settings.shutdown_grace_seconds
         config = uvicorn.Config(
             app,
