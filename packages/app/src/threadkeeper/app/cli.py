@@ -321,6 +321,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sock.close()
 
 
+def unguarded_warning(settings: Settings, host: str, where: str) -> str | None:
+    """What ``serve`` warns of when it answers anyone who can reach it: no service token (the
+    embedded profile's documented default, for a server on its own machine) on ``host``, an
+    address beyond loopback (``--host 0.0.0.0``). ``None`` when a token is set or ``host`` is
+    a loopback address."""
+    import ipaddress
+
+    if settings.service_token or settings.service_tokens:
+        return None
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])  # fe80::1%eth0: the zone
+    except ValueError:
+        address = None
+    if address is not None:
+        mapped = getattr(address, "ipv4_mapped", None)
+        if address.is_loopback or (mapped is not None and mapped.is_loopback):
+            return None
+    return (
+        f"serving the {settings.profile} profile on {where}, beyond this machine, without a "
+        "service token: anyone who can reach it can read, write and erase every tenant's "
+        "threads and memory by naming them in X-Tenant-Id and X-User-Id. Set "
+        "THREADKEEPER_SERVICE_TOKEN, or listen on 127.0.0.1 (--host)"
+    )
+
+
 def _draining_server_class() -> Any:
     import uvicorn
 
@@ -400,6 +425,8 @@ def _run_server(settings: Settings, args: argparse.Namespace, sock: socket.socke
             _storage(settings),
             _models(settings),
         )
+        if (warning := unguarded_warning(settings, host, where)) is not None:
+            log.warning("%s", warning)
         grace = settings.shutdown_grace_seconds
         config = uvicorn.Config(
             app,
@@ -851,15 +878,78 @@ async def _export(settings: Settings, tenant_id: str, user_id: str) -> dict[str,
     }
 
 
+PRIVATE_FILE = 0o600
+"""An export's mode: it holds a user's messages (``export``) or every tenant's runs."""
+OUTPUT_HELP = (
+    "a file to write, readable by its owner alone (0600); an existing file is overwritten, "
+    "a symbolic link refused (default: standard output)"
+)
+_SYMLINK = (
+    "--output: {output} is a symbolic link; an export is written only to a regular file, "
+    "never through a link (remove the link, or name the file itself)"
+)
+_NOT_REGULAR = (
+    "--output: {output} is not a regular file (a FIFO or a device cannot be made private): "
+    "name a file, or write to standard output with --output -"
+)
+
+
+def _output(value: str | None) -> Path | None:
+    """``--output``: ``None`` for standard output (none given, or ``-``), else the file,
+    checked before any work (``_open_output`` checks it again as it opens it)."""
+    if value in (None, "-"):
+        return None
+    output = Path(value)
+    if output.is_symlink():
+        _fail(_SYMLINK.format(output=output))
+    if not output.parent.is_dir():
+        _fail(f"--output: the folder {output.parent} does not exist")
+    if output.is_dir():
+        _fail(f"--output: {output} is a folder, not a file")
+    return output
+
+
+def _open_output(output: Path) -> Any:
+    """``--output`` open to write (a text file), its owner's alone (0600): a new file is made
+    so; an existing regular file of this user is overwritten, as before, and made 0600. Refused
+    — left as it was — when the name is a symbolic link (even to a file: ``O_NOFOLLOW``), a
+    FIFO or a device (they cannot be made private: ``--output -`` writes to standard output),
+    a file of another user (who could read it) or one with other hard links."""
+    import stat
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        descriptor = os.open(output, flags, PRIVATE_FILE)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):  # EMLINK: the BSDs' word for it
+            _fail(_SYMLINK.format(output=output))
+        if exc.errno == errno.ENXIO:  # a FIFO no one reads
+            _fail(_NOT_REGULAR.format(output=output))
+        _fail(f"--output: cannot write {output}: {exc.strerror or exc}")
+    try:
+        found = os.fstat(descriptor)
+        if not stat.S_ISREG(found.st_mode):
+            _fail(_NOT_REGULAR.format(output=output))
+        if found.st_uid != os.geteuid():
+            _fail(f"--output: {output} belongs to another user, who could read the export")
+        if found.st_nlink > 1:
+            _fail(f"--output: {output} has other hard links, which would show the export")
+        os.fchmod(descriptor, PRIVATE_FILE)
+        os.ftruncate(descriptor, 0)
+        os.set_blocking(descriptor, True)
+    except OSError as exc:
+        os.close(descriptor)
+        _fail(f"--output: cannot write {output}: {exc.strerror or exc}")
+    except SystemExit:
+        os.close(descriptor)
+        raise
+    return os.fdopen(descriptor, "w", encoding="utf-8")
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     import msgspec
 
-    output = None if args.output in (None, "-") else Path(args.output)
-    if output is not None:
-        if not output.parent.is_dir():
-            _fail(f"--output: the folder {output.parent} does not exist")
-        if output.is_dir():
-            _fail(f"--output: {output} is a folder, not a file")
+    output = _output(args.output)
     settings = _settings()
     document = msgspec.to_builtins(
         _run_on_storage(settings, _export(settings, args.tenant, args.user))
@@ -869,7 +959,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     try:
-        output.write_text(text, encoding="utf-8")
+        with _open_output(output) as out:
+            out.write(text)
     except OSError as exc:
         _fail(f"--output: cannot write {output}: {exc.strerror or exc}")
     threads, memory = document["threads"], document["memory"]
@@ -992,12 +1083,7 @@ async def _export_runs(settings: Settings, args: argparse.Namespace, out: Any) -
 
 
 def cmd_export_runs(args: argparse.Namespace) -> int:
-    output = None if args.output in (None, "-") else Path(args.output)
-    if output is not None:
-        if not output.parent.is_dir():
-            _fail(f"--output: the folder {output.parent} does not exist")
-        if output.is_dir():
-            _fail(f"--output: {output} is a folder, not a file")
+    output = _output(args.output)
     settings = _settings()
     if output is None:
         try:
@@ -1008,10 +1094,7 @@ def cmd_export_runs(args: argparse.Namespace) -> int:
             print(f"threadkeeper: output closed after {gone.args[0]} runs", file=sys.stderr)
             return 1
         return 0
-    try:
-        out = output.open("w", encoding="utf-8")
-    except OSError as exc:
-        _fail(f"--output: cannot write {output}: {exc.strerror or exc}")
+    out = _open_output(output)
     with out:
         written = _run_on_storage(settings, _export_runs(settings, args, out))
     scope = f"tenant {args.tenant}" if args.tenant else "every tenant"
@@ -1214,7 +1297,7 @@ def parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--tenant", required=True, type=_tenant_or_user_arg)
     export.add_argument("--user", required=True, type=_tenant_or_user_arg)
-    export.add_argument("--output", help="a file to write (default: standard output)")
+    export.add_argument("--output", help=OUTPUT_HELP)
     export.set_defaults(func=cmd_export)
 
     export_runs = commands.add_parser(
@@ -1235,7 +1318,7 @@ def parser() -> argparse.ArgumentParser:
     export_runs.add_argument(
         "--tenant", type=_tenant_or_user_arg, help="one tenant's runs (default: every tenant's)"
     )
-    export_runs.add_argument("--output", help="a file to write (default: standard output)")
+    export_runs.add_argument("--output", help=OUTPUT_HELP)
     export_runs.add_argument(
         "--page", type=_positive, default=200, help="runs read at a time (default: %(default)s)"
     )

@@ -15,8 +15,12 @@ Two families (docs/operations.md lists every one with its Prometheus name and qu
   not a model server's), lock wait, tokens before and after trimming, summary folds,
   compactions, cold starts, memory facts, retention deletions and erasures, bytes per round.
 
-No label carries a thread, user or tenant id: label values are profiles, statuses, reasons,
-kinds and model names (bounded sets).
+No label carries a thread, user or tenant id, nor anything else a request chooses: label
+values are profiles, statuses (``RunStatus`` or a problem's slug), status codes, modes
+(``json``/``sse``), reasons and kinds (enumerations), outcomes and stages (literals here and in
+the runs), exception type names, and the model names of the configuration (or as the configured
+provider reports the model it served). The ASGI instrumentation's HTTP server metrics keep only
+``telemetry.HTTP_METRIC_ATTRIBUTES`` (a view of the ``MeterProvider``).
 """
 
 from __future__ import annotations

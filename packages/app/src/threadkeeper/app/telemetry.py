@@ -219,13 +219,59 @@ def configure_tracing(profile: str = "") -> bool:
 _meter_provider: Any = None
 """The ``MeterProvider`` ``configure_metrics`` installed (one per process), if any."""
 
+ASGI_METER = "opentelemetry.instrumentation.asgi"
+"""The meter of the ASGI instrumentation (Litestar's ``OpenTelemetryConfig``): the HTTP
+server metrics."""
+HTTP_METRIC_ATTRIBUTES = frozenset(
+    {
+        # the instrumentation's default (pre-1.21) conventions: http.server.duration,
+        # .active_requests, .request.size, .response.size
+        "http.method",  # an unknown method is "_OTHER" (opentelemetry.util.http.sanitize_method)
+        "http.status_code",
+        "http.target",  # the route template (http.app.name_server_span), none when unrouted
+        "http.scheme",  # the ASGI server's: http or https
+        "http.flavor",  # the ASGI server's parse of the request line: 1.0, 1.1, 2
+        "net.host.port",  # the listening socket's
+        # OTEL_SEMCONV_STABILITY_OPT_IN=http or http/dup: http.server.request.duration,
+        # .request.body.size, .response.body.size, .active_requests
+        "http.request.method",
+        "http.response.status_code",
+        "http.route",
+        "error.type",  # the status code of a 5xx, as text
+        "network.protocol.version",
+        "url.scheme",
+    }
+)
+"""The only attributes the HTTP server metrics keep, every one of a bounded set. Dropped:
+``http.server_name`` — the ``Host`` header as the client sent it, on every request, 401s and
+404s too (a series per value: unbounded memory and ``/metrics``) — and ``http.host``, the
+listening socket's address (the scrape's own ``instance``), with whatever attribute a later
+instrumentation adds. The values that stay are the server's (scheme, flavor, port), the
+route's template, the status, and the method as the conventions normalise it."""
+
+
+def metric_views() -> list[Any]:
+    """The ``View`` s of threadkeeper's ``MeterProvider``: the ASGI instrumentation's HTTP
+    server metrics keep only ``HTTP_METRIC_ATTRIBUTES``. A process that installs its own
+    ``MeterProvider`` before the app is built should pass these to it."""
+    from opentelemetry.sdk.metrics.view import View
+
+    return [
+        View(
+            meter_name=ASGI_METER,
+            instrument_name="http.server.*",
+            attribute_keys=set(HTTP_METRIC_ATTRIBUTES),
+        )
+    ]
+
 
 def configure_metrics(profile: str = "", readers: Sequence[Any] = ()) -> Any:
     """Install the process's ``MeterProvider`` once: OpenTelemetry's Prometheus reader (what
     ``GET /metrics`` serves), an OTLP exporter when ``export_requested(signal="METRICS")``,
-    and ``readers`` (tests pass an in-memory reader). Returns the provider — the one installed
-    before if there is one, or ``None`` when ``OTEL_SDK_DISABLED=true`` or an embedding process
-    installed its own (whose readers decide what ``/metrics`` shows)."""
+    and ``readers`` (tests pass an in-memory reader), with ``metric_views``. Returns the
+    provider — the one installed before if there is one, or ``None`` when
+    ``OTEL_SDK_DISABLED=true`` or an embedding process installed its own (whose readers and
+    views decide what ``/metrics`` shows)."""
     global _meter_provider
     if _meter_provider is not None:
         return _meter_provider
@@ -242,7 +288,9 @@ def configure_metrics(profile: str = "", readers: Sequence[Any] = ()) -> Any:
     if export_requested(signal="METRICS"):
         exporter = _metric_exporter(otlp_protocol(signal="METRICS"))
         all_readers.append(PeriodicExportingMetricReader(exporter))
-    provider = MeterProvider(metric_readers=all_readers, resource=telemetry_resource(profile))
+    provider = MeterProvider(
+        metric_readers=all_readers, resource=telemetry_resource(profile), views=metric_views()
+    )
     otel_metrics.set_meter_provider(provider)
     _meter_provider = provider
     return provider

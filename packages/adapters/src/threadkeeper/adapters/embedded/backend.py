@@ -44,7 +44,7 @@ from sqlalchemy.pool import StaticPool
 
 from threadkeeper.adapters.atomic import StagedPut
 from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
-from threadkeeper.adapters.embedded.connection import LoopConnection, connect
+from threadkeeper.adapters.embedded.connection import LoopConnection, connect, private_directory
 from threadkeeper.adapters.embedded.ledger import DDL as LEDGER_DDL
 from threadkeeper.adapters.embedded.ledger import sqlite_ledger
 from threadkeeper.adapters.ledger import CHANNEL, MessageLedger, refs_of
@@ -80,7 +80,7 @@ class DataDirLock:
         self._file: IO[str] | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         handle = self.path.open("a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -312,7 +312,7 @@ def sqlite_engine(path: Path) -> AsyncEngine:
 
 def _prepare(data_dir: Path, *, exclusive: bool) -> tuple[Path, DataDirLock]:
     root = data_dir.resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    private_directory(root)  # 0700: every tenant's threads are in it
     guard = DataDirLock(root)
     if exclusive:
         guard.acquire()

@@ -39,13 +39,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import sqlite3
+import stat
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
+
+log = logging.getLogger(__name__)
 
 _CURSOR_CALLS = frozenset({"close", "fetchone", "fetchmany", "fetchall"})
 """A ``sqlite3.Cursor``'s calls that only read or close it."""
@@ -153,9 +158,59 @@ def _sql_head(fn: Callable[..., Any], args: tuple[Any, ...]) -> str | None:
     return None
 
 
+PRIVATE_DIRECTORY = 0o700
+PRIVATE_FILE = 0o600
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+"""What SQLite keeps beside a database: it makes each with the database file's mode."""
+
+
+def private_directory(path: Path) -> None:
+    """Make ``path`` (and any missing parent) and leave it its owner's alone (0700): the
+    embedded data directory holds every tenant's threads. An existing one with group or
+    other permissions (an earlier version made it 0755) is tightened."""
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIRECTORY)
+    _tighten(path, PRIVATE_DIRECTORY)
+
+
+def private_database(path: Path) -> None:
+    """Make the SQLite database ``path`` its owner's alone (0600) before SQLite opens it:
+    created empty with that mode when missing (SQLite would make it 0644), tightened when an
+    earlier version left it, or its ``-wal``, ``-shm`` or ``-journal``, open. SQLite gives the
+    ``-wal``, ``-shm`` and ``-journal`` files it makes later the database file's mode, so they
+    come out 0600 too."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
+    os.close(descriptor)
+    for file in (path, *(path.with_name(path.name + side) for side in SQLITE_SIDE_FILES)):
+        _tighten(file, PRIVATE_FILE)
+
+
+def _tighten(path: Path, private: int) -> None:
+    """Take group's and others' permissions off ``path`` if it has any (a file that is not
+    there is left so)."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return
+    if not mode & 0o077:
+        return
+    try:
+        os.chmod(path, private)
+    except PermissionError:  # another user's: its owner decides
+        log.warning(
+            "%s is open to others than its owner (mode %04o) and is not this user's to "
+            "change: make it %04o",
+            path,
+            mode,
+            private,
+        )
+
+
 def connect(path: Path, *, timeout: float) -> LoopConnection:
     """A ``LoopConnection`` to ``path`` (awaiting it opens it), as ``aiosqlite.connect`` would
-    open it: ``check_same_thread=False``, the worker thread a daemon."""
+    open it: ``check_same_thread=False``, the worker thread a daemon. The database and the
+    files SQLite keeps beside it are made private first (``private_database``)."""
+    if str(path) != ":memory:":
+        private_database(path)
     connection = LoopConnection(
         partial(sqlite3.connect, str(path), timeout=timeout, check_same_thread=False)
     )

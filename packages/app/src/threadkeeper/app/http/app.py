@@ -101,7 +101,9 @@ class ThreadkeeperHttpPlugin(InitPlugin):
         # the server span of each API request (a no-op until a TracerProvider is installed:
         # threadkeeper.app.telemetry) — runs, model and tool calls are its children — and the
         # HTTP server metrics (http.server.duration, http.server.active_requests) on the
-        # process's MeterProvider, labelled by route (``name_server_span``), never by path
+        # process's MeterProvider, labelled by route (``name_server_span``), never by path;
+        # that provider's view keeps only attributes of bounded sets — not the Host header's
+        # http.server_name (threadkeeper.app.telemetry.HTTP_METRIC_ATTRIBUTES)
         app_config.middleware.append(
             OpenTelemetryConfig(
                 exclude=["^/metrics$", "^/health/", "^/schema"],
