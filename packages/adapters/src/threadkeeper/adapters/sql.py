@@ -812,17 +812,11 @@ class SqlRunRecords(SqlAccess, RunRecords):
             ).scalar_one()
             if not known:
                 raise UnknownRun(item.run_id)
-            changed = await conn.execute(
-                update(feedback)
-                .where(feedback.c.thread_key == item.thread_key, feedback.c.run_id == item.run_id)
-                .values(**values)
-            )
-            if not changed.rowcount:
-                await conn.execute(
-                    insert(feedback).values(
-                        thread_key=item.thread_key, run_id=item.run_id, **values
-                    )
-                )
+            # one upsert, the last writer's values kept: an update, then an insert when it
+            # changed nothing, let concurrent first feedbacks on a run both insert (a duplicate
+            # key, answered 500)
+            key = {"thread_key": item.thread_key, "run_id": item.run_id}
+            await conn.execute(*upsert(conn, feedback, key, values))
 
     async def delete_thread(self, thread_key: str) -> tuple[int, int]:
         async with self.begin() as conn:

@@ -5,6 +5,7 @@ since a time, page by page (``since``)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -109,6 +110,11 @@ def at(minutes: float, *, tenant: str, user: str = "u1", key: str | None = None)
     )
 
 
+CONCURRENT_FEEDBACK = 8
+ROUNDS = 5
+"""``test_concurrent_first_feedback_…``: feedbacks sent at once on a new run, for so many runs."""
+
+
 def tenant() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
 
@@ -185,6 +191,35 @@ class RunRecordsConformance:
         await records.add_feedback(feedback(item, 1))
         await records.add_feedback(feedback(item, -1))
         assert await records.delete_thread(item.thread_key) == (1, 1)
+
+    async def test_concurrent_first_feedback_on_a_run_all_succeed_as_one_row(
+        self, records: RunRecords
+    ) -> None:
+        """Several feedbacks on a run with none yet, at once (a double-clicked button, retries):
+        every one succeeds and the run keeps exactly one, one of those sent (the last writer's).
+        A store that updates and then inserts when nothing was updated lets two of them insert
+        (a duplicate key: a 500); one upsert statement does not."""
+        failures: list[BaseException] = []
+        for _ in range(ROUNDS):
+            item = record()
+            await records.save(item)
+            sent = [
+                msgspec.structs.replace(
+                    feedback(item, 1 if i % 2 else -1, at=AT + timedelta(seconds=i)),
+                    comment=f"note {i}",
+                )
+                for i in range(CONCURRENT_FEEDBACK)
+            ]
+            results = await asyncio.gather(
+                *(records.add_feedback(note) for note in sent), return_exceptions=True
+            )
+            failures += [r for r in results if isinstance(r, BaseException)]
+            assert await records.feedback_count(item.thread_key) == 1
+            kept = await records.feedback_of([(item.thread_key, item.run_id)])
+            assert kept[(item.thread_key, item.run_id)] in sent
+        assert not failures, (
+            f"{len(failures)} of {ROUNDS * CONCURRENT_FEEDBACK} failed: {failures[0]!r}"
+        )
 
     async def test_delete_thread_counts_and_spares_others(self, records: RunRecords) -> None:
         first, other = record(), record()

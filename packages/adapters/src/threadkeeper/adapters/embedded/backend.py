@@ -57,6 +57,7 @@ from threadkeeper.adapters.sql import (
     check_claim,
     insert_record,
 )
+from threadkeeper.adapters.sql_values import hide_values
 from threadkeeper.adapters.transcripts import CheckpointTranscript
 from threadkeeper.adapters.weigh import ThreadWeigher
 from threadkeeper.adapters.written import watch_engine
@@ -278,6 +279,7 @@ def sqlite_engine(path: Path) -> AsyncEngine:
     engine = create_async_engine(
         f"sqlite+aiosqlite:///{path}",  # the URL names the database in spans; _open opens it
         async_creator=_open,
+        hide_parameters=True,  # no value of a statement in its error or log line (sql_values)
         poolclass=StaticPool,
         pool_reset_on_return=None,  # never ROLLBACK under the store's open transaction
     )
@@ -307,6 +309,7 @@ def sqlite_engine(path: Path) -> AsyncEngine:
             cursor.close()
 
     watch_engine(engine)  # a round's bytes written (RoundWork.written)
+    hide_values(engine)  # nor in the driver's message, nor in rows logged at DEBUG
     return engine
 
 

@@ -40,6 +40,7 @@ from threadkeeper.adapters.profile import SchemaNotReady
 from threadkeeper.adapters.rounds import RoundsOf
 from threadkeeper.adapters.serde import checkpoint_serializer
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
+from threadkeeper.adapters.sql_values import hide_values
 from threadkeeper.adapters.timeouts import answer_within
 from threadkeeper.adapters.transcripts import CheckpointTranscript
 from threadkeeper.adapters.weigh import TableWeight, ThreadWeigher
@@ -122,6 +123,7 @@ def _pool(url: str, *, min_size: int = 2, max_size: int = POOL_SIZE) -> AsyncCon
 def _engine(url: str) -> AsyncEngine:
     engine = create_async_engine(
         sqlalchemy_url(url),
+        hide_parameters=True,  # no value of a statement in its error or log line (sql_values)
         pool_size=ENGINE_POOL_SIZE,
         max_overflow=ENGINE_MAX_OVERFLOW,
         pool_timeout=POOL_WAIT_SECONDS,
@@ -139,6 +141,7 @@ def _engine(url: str) -> AsyncEngine:
         dbapi_connection.commit()  # out of the transaction psycopg began for it
 
     watch_engine(engine)  # a round's bytes written (RoundWork.written)
+    hide_values(engine)  # nor in the driver's message, nor in rows logged at DEBUG
     return engine
 
 

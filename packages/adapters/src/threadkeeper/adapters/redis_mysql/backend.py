@@ -54,6 +54,7 @@ from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
 from threadkeeper.adapters.redis_mysql.store import ExactMyStore
 from threadkeeper.adapters.rounds import RoundsOf
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
+from threadkeeper.adapters.sql_values import hide_values
 from threadkeeper.adapters.timeouts import answer_within
 from threadkeeper.adapters.transcripts import ArchiveTranscript
 from threadkeeper.adapters.weigh import TableWeight, ThreadWeigher
@@ -198,6 +199,7 @@ def redis_client(
 def _engine(url: str) -> AsyncEngine:
     engine = create_async_engine(
         mysql_url(url),
+        hide_parameters=True,  # no value of a statement in its error or log line (sql_values)
         # no gap locks: concurrent rounds of different threads never deadlock on them
         isolation_level="READ COMMITTED",
         pool_size=10,
@@ -213,6 +215,7 @@ def _engine(url: str) -> AsyncEngine:
         _fail_fast_asyncmy(dbapi_connection.driver_connection)
 
     watch_engine(engine)  # a round's bytes written (RoundWork.written)
+    hide_values(engine)  # nor in the driver's message, nor in rows logged at DEBUG
     return engine
 
 
