@@ -371,7 +371,9 @@ async def test_erasure_returns_a_receipt_and_spares_others(client: Client) -> No
     receipt = (await client.delete(f"/v1/users/{USER}")).json()
     assert receipt["threads"] == 2
     assert receipt["messages"] == 4
-    assert set(receipt) == {"threads", "messages", "memory_items", "feedback"}
+    assert set(receipt) == {"threads", "messages", "memory_items", "feedback", "remaining"}
+    assert receipt["remaining"], "the verification names the stores it checked"
+    assert set(receipt["remaining"].values()) == {0}
     for name in mine:
         assert (await client.get(f"/v1/threads/{name}/messages")).status_code == 404
     kept = await client.get(f"/v1/threads/{other}/messages", headers=other_headers)

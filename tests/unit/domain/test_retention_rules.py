@@ -154,9 +154,10 @@ async def test_erase_user_deletes_everything_of_that_user_only() -> None:
     retention.record_memory("acme", "u1", 5)
     retention.record_memory("other", "u1", 7)
     receipt = await retention.erase_user("acme", "u1")
-    assert receipt == ErasureReceipt(threads=2, messages=10, memory_items=5, feedback=2)
+    assert receipt.counts() == ErasureReceipt(threads=2, messages=10, memory_items=5, feedback=2)
+    assert receipt.remaining == {"memory": 0}
     assert retention.thread_keys() == {"acme:u2:t1", "other:u1:t1"}
-    assert await retention.erase_user("acme", "u1") == ErasureReceipt()
+    assert (await retention.erase_user("acme", "u1")).counts() == ErasureReceipt()
     assert (await retention.erase_user("other", "u1")).memory_items == 7
 
 

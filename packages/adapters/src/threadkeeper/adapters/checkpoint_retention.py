@@ -70,6 +70,17 @@ async def delete_store_prefix(store: BaseStore, prefix: tuple[str, ...]) -> int:
     return deleted
 
 
+async def count_store_prefix(store: BaseStore, prefix: tuple[str, ...]) -> int:
+    """The items under a namespace prefix (whole labels), as ``delete_store_prefix`` finds
+    them: an erasure's verification pass."""
+    found: set[tuple[tuple[str, ...], str]] = set()
+    for namespace in await store.alist_namespaces(prefix=prefix, limit=10_000):
+        if under(namespace, prefix):
+            items = await store.asearch(namespace, limit=10_000)
+            found |= {(tuple(i.namespace), i.key) for i in items if under(i.namespace, prefix)}
+    return len(found)
+
+
 async def reset_memory(store: BaseStore, runs: SqlRunRecords, tenant_id: str, user_id: str) -> int:
     """Delete the user's memory, and what their run records hold of it (the memory block of
     the stored prompts, the profile of stored escalations); the items deleted."""
@@ -79,6 +90,9 @@ async def reset_memory(store: BaseStore, runs: SqlRunRecords, tenant_id: str, us
 
 
 class CheckpointRetention(HeldDeletion):
+    store_name = "database"
+    """How the erasure's verification names the one database this retention keeps."""
+
     def __init__(
         self,
         saver: BaseCheckpointSaver[Any],
@@ -151,9 +165,35 @@ class CheckpointRetention(HeldDeletion):
         receipt = await self.delete_threads(sorted(keys))
         _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
         items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
+        await self.erase_rest(tenant_id, user_id)
         if self.fences is not None:
             await self.fences.forget_user(tenant_id, user_id)
-        return receipt + ErasureReceipt(memory_items=items, feedback=stray_feedback)
+        remaining = await self.remaining(tenant_id, user_id, sorted(keys))
+        return receipt + ErasureReceipt(
+            memory_items=items, feedback=stray_feedback, remaining=remaining
+        )
+
+    async def erase_rest(self, tenant_id: str, user_id: str) -> None:
+        """What else a profile keeps of the user, deleted by the erasure once the threads,
+        run records and memory are (before its fence is lifted and it is verified)."""
+
+    async def remaining(
+        self, tenant_id: str, user_id: str, thread_keys: Sequence[str]
+    ) -> dict[str, int]:
+        """The erasure's verification pass: what is still stored of the user — rows naming
+        them (run records and texts, feedback, claims, their fence), threads any index still
+        finds for them, the erased threads' checkpoints and rows, memory items."""
+        left = await self.runs.user_rows(tenant_id, user_id)
+        left += len(await self.user_thread_keys(tenant_id, user_id))
+        for key in thread_keys:
+            left += await self.runs.thread_rows(key)
+            left += int(await self.saver.aget_tuple(_config(key)) is not None)
+        left += await count_store_prefix(self.store, user_namespace(tenant_id, user_id))
+        return {self.store_name: left}
+
+
+def _config(thread_key: str) -> Any:
+    return {"configurable": {"thread_id": thread_key, "checkpoint_ns": ""}}
 
 
 async def revoke_claims(fences: SqlRunFences | None, tenant_id: str, user_id: str) -> set[str]:

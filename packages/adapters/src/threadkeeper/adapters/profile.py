@@ -53,6 +53,12 @@ class ProfileRetention(Protocol):
 
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt: ...
 
+    async def remaining(
+        self, tenant_id: str, user_id: str, thread_keys: Sequence[str]
+    ) -> dict[str, int]:
+        """What is stored of the user, per store (the erasure's verification pass)."""
+        ...
+
     async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:
         """Keys of every thread the user has in the tenant (erasure, export)."""
         ...

@@ -952,6 +952,32 @@ class SqlRunRecords(SqlAccess, RunRecords):
             rows = (await conn.execute(query)).mappings().all()
         return [_feedback_of(row) for row in rows]
 
+    async def user_rows(self, tenant_id: str, user_id: str) -> int:
+        """Rows that name the user: run records and texts, feedback, run claims, the user's
+        fence (an erasure's verification: 0 once it is done)."""
+        counts = [
+            select(func.count())
+            .select_from(table)
+            .where(table.c.tenant_id == tenant_id, table.c.user_id == user_id)
+            for table in (run_records, run_texts, feedback, run_claims, user_fences)
+        ]
+        return await self._total(counts)
+
+    async def thread_rows(self, thread_key: str) -> int:
+        """Rows of the thread: run records and texts, feedback, its claim."""
+        counts = [
+            select(func.count()).select_from(table).where(table.c.thread_key == thread_key)
+            for table in (run_records, run_texts, feedback, run_claims)
+        ]
+        return await self._total(counts)
+
+    async def _total(self, counts: Sequence[Any]) -> int:
+        total = 0
+        async with self.connect() as conn:
+            for query in counts:
+                total += int((await conn.execute(query)).scalar() or 0)
+        return total
+
     async def user_threads(self, tenant_id: str, user_id: str) -> list[str]:
         query = (
             select(run_records.c.thread_key)

@@ -9,6 +9,7 @@ module imports message types and the domain, nothing heavier, and no profile.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +34,8 @@ if TYPE_CHECKING:  # wired with a backend, never importing one
 
     from threadkeeper.adapters.profile import Backend
 
+
+log = logging.getLogger(__name__)
 
 MEMORY_KINDS = (MemoryKind.PROFILE, MemoryKind.FACTS)
 MEMORY_LIMIT = 500
@@ -299,6 +302,9 @@ class StoredThreads:
 
     async def erase_user(self, caller: Caller) -> ErasureReceipt:
         receipt = await self.backend.retention.erase_user(caller.tenant_id, caller.user_id)
+        left = {store: count for store, count in receipt.remaining.items() if count}
+        if left:  # counts only: what is left is the user's
+            log.error("an erasure's verification found data of the user left: %s", left)
         ERASURES.add(1)
         if receipt.threads:
             DELETIONS.add(receipt.threads, {"reason": "erasure"})

@@ -111,6 +111,12 @@ def ref(tenant: str = "acme", user: str | None = None) -> ThreadRef:
     return ThreadRef(tenant, user or f"u{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}")
 
 
+def assert_verified(receipt: ErasureReceipt) -> None:
+    """An erasure's receipt names the stores its verification checked, each with 0 left."""
+    assert receipt.remaining, "an erasure's receipt ends with its verification"
+    assert all(count == 0 for count in receipt.remaining.values()), receipt.remaining
+
+
 class RetentionConformance:
     """Subclass and provide ``harness`` (a fixture returning a ``RetentionHarness``) on an
     otherwise empty store."""
@@ -152,14 +158,15 @@ class RetentionConformance:
         await harness.seed_memory("globex", user, 2)
         neighbours = await kept_texts(harness, neighbour.key)
         receipt = await harness.retention.erase_user("acme", user)
-        assert receipt == ErasureReceipt(threads=2, messages=8, memory_items=3, feedback=2)
+        assert receipt.counts() == ErasureReceipt(threads=2, messages=8, memory_items=3, feedback=2)
+        assert_verified(receipt)
         for thread in mine:
             assert not await harness.thread_exists(thread.key)
             assert await kept_texts(harness, thread.key) == 0, "no summary or prompt left"
         assert await kept_texts(harness, neighbour.key) == neighbours
         assert await harness.thread_exists(elsewhere.key)
         assert await harness.thread_exists(neighbour.key)
-        assert await harness.retention.erase_user("acme", user) == ErasureReceipt()
+        assert (await harness.retention.erase_user("acme", user)).counts() == ErasureReceipt()
         assert (await harness.retention.erase_user("globex", user)).memory_items == 2
 
     async def test_sweep_deletes_idle_threads_in_batches(self, harness: RetentionHarness) -> None:

@@ -24,14 +24,26 @@ class ErasureReceipt(msgspec.Struct):
     messages: int = 0
     memory_items: int = 0
     feedback: int = 0
+    remaining: dict[str, int] = msgspec.field(default_factory=dict)
+    """An erasure's verification pass: per store, what of the user it still found once the
+    deletions were done — rows, items or keys; 0 each (an erasure names every store it
+    checked). Empty for a thread deletion."""
 
     def __add__(self, other: ErasureReceipt) -> ErasureReceipt:
+        remaining = dict(self.remaining)
+        for store, left in other.remaining.items():
+            remaining[store] = remaining.get(store, 0) + left
         return ErasureReceipt(
             self.threads + other.threads,
             self.messages + other.messages,
             self.memory_items + other.memory_items,
             self.feedback + other.feedback,
+            remaining,
         )
+
+    def counts(self) -> ErasureReceipt:
+        """The counts deleted, without the verification (``remaining``)."""
+        return msgspec.structs.replace(self, remaining={})
 
 
 class SweepReport(msgspec.Struct):
@@ -61,7 +73,16 @@ class Retention(ABC):
 
     @abstractmethod
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
-        """Delete every thread, memory item, feedback and run record of the user."""
+        """Delete every thread, memory item, feedback and run record of the user; the receipt
+        ends with the verification pass (``remaining``)."""
+
+    @abstractmethod
+    async def remaining(
+        self, tenant_id: str, user_id: str, thread_keys: Sequence[str]
+    ) -> dict[str, int]:
+        """What is stored of the user, per store the profile keeps: rows, items and keys that
+        name them, and those of the threads ``thread_keys`` (an erasure's verification pass,
+        run on the threads it deleted; 0 each once it is done)."""
 
 
 class Sweepable(Protocol):
@@ -219,4 +240,13 @@ class InMemoryRetention(Retention):
         ]
         receipt = await self.delete_threads(keys)
         items = self._memory.pop((tenant_id, user_id), 0)
-        return receipt + ErasureReceipt(memory_items=items)
+        remaining = await self.remaining(tenant_id, user_id, keys)
+        return receipt + ErasureReceipt(memory_items=items, remaining=remaining)
+
+    async def remaining(
+        self, tenant_id: str, user_id: str, thread_keys: Sequence[str]
+    ) -> dict[str, int]:
+        user = (tenant_id, user_id)
+        left = sum(1 for r in self._threads.values() if (r.tenant_id, r.user_id) == user)
+        left += sum(1 for key in thread_keys if key in self._threads)
+        return {"memory": left + self._memory.get(user, 0)}

@@ -27,10 +27,12 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import json
+import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -62,10 +64,14 @@ from threadkeeper.adapters.transcripts import CheckpointTranscript
 from threadkeeper.adapters.weigh import ThreadWeigher
 from threadkeeper.adapters.written import watch_engine
 from threadkeeper.domain.locks import ClaimedLock, InMemoryRunLock
+from threadkeeper.domain.retention import ErasureReceipt
 from threadkeeper.domain.storage import StorageUsage
 
 DATABASE = "threadkeeper.sqlite3"
 LOCK_FILE = "threadkeeper.lock"
+
+
+log = logging.getLogger(__name__)
 
 
 class DataDirBusy(RuntimeError):
@@ -222,6 +228,64 @@ class SqliteRoundStore(RoundStore):
         return applied, collect
 
 
+class SqliteRetention(CheckpointRetention):
+    """``CheckpointRetention`` that leaves no erased byte in the SQLite files: the connection
+    runs with ``secure_delete`` (deleted content is overwritten with zeros in the database's
+    pages), and after a deletion the write-ahead log — which still holds the pages as they
+    were before it — is checkpointed into the database and truncated to nothing
+    (``wal_checkpoint(TRUNCATE)``; issue 26: erased text was read from the ``-wal`` file after
+    the receipt). The erasure's verification names what the log still holds (``sqlite-wal``:
+    its frames, 0 once truncated; a reader — a backup, an export — holding an older snapshot
+    keeps them, and the next deletion truncates them)."""
+
+    store_name = "sqlite"
+
+    def __init__(self, *args: Any, connection: Any, guard: asyncio.Lock, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connection = connection
+        self.guard = guard
+        self._batch = 0
+
+    async def truncate_wal(self) -> int:
+        """Checkpoint the write-ahead log into the database and truncate it; the frames it
+        still holds (0: nothing of the deleted rows is left in it)."""
+        async with self.guard:
+            cursor = await self.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            busy, frames, _ = await cursor.fetchone()
+            await cursor.close()
+        if busy:
+            log.warning("the write-ahead log could not be truncated: a reader holds it")
+        return max(int(frames), 0)
+
+    async def delete_thread(
+        self, thread_key: str, *, idle_before: datetime | None = None
+    ) -> ErasureReceipt:
+        receipt = await super().delete_thread(thread_key, idle_before=idle_before)
+        if not self._batch and receipt.threads:
+            await self.truncate_wal()
+        return receipt
+
+    async def delete_threads(
+        self, thread_keys: Sequence[str], *, idle_before: datetime | None = None
+    ) -> ErasureReceipt:
+        self._batch += 1
+        try:
+            receipt = await super().delete_threads(thread_keys, idle_before=idle_before)
+        finally:
+            self._batch -= 1
+        if not self._batch and receipt.threads:
+            await self.truncate_wal()
+        return receipt
+
+    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
+        self._batch += 1
+        try:
+            receipt = await super().erase_user(tenant_id, user_id)
+        finally:
+            self._batch -= 1
+        return receipt + ErasureReceipt(remaining={"sqlite-wal": await self.truncate_wal()})
+
+
 @dataclass
 class EmbeddedBackend(RoundsOf):
     """Everything the embedded profile stores, opened on one data directory."""
@@ -237,7 +301,7 @@ class EmbeddedBackend(RoundsOf):
     rounds: SqliteRoundStore
     lock: ClaimedLock
     """In process (one process per data directory), with the claims in SQLite."""
-    retention: CheckpointRetention
+    retention: SqliteRetention
     guard: asyncio.Lock
     """Held for every use of the one connection (see the module docstring)."""
     transcript: CheckpointTranscript
@@ -290,6 +354,7 @@ def sqlite_engine(path: Path) -> AsyncEngine:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA secure_delete=ON")  # deleted content zeroed (SqliteRetention)
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
@@ -355,7 +420,9 @@ async def open_embedded(data_dir: str | Path, *, exclusive: bool = True) -> Asyn
             fences=fences,
             rounds=SqliteRoundStore(runs, ledger),
             lock=lock,
-            retention=CheckpointRetention(ledger, store, runs, lock, fences),
+            retention=SqliteRetention(
+                ledger, store, runs, lock, fences, connection=connection, guard=guard
+            ),
             guard=guard,
             transcript=CheckpointTranscript(ledger),
         )

@@ -10,6 +10,7 @@ thread's last round, and it does not depend on the run record having been saved.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +23,6 @@ from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
 from threadkeeper.adapters.postgres.ratelimit import TABLE as RATE_TABLE
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
 from threadkeeper.domain.locks import RunLock, ThreadLock
-from threadkeeper.domain.retention import ErasureReceipt
 
 TS_INDEX = "ix_tk_checkpoints_ts"
 TS = "(checkpoint->>'ts') COLLATE \"C\""
@@ -56,6 +56,8 @@ def iso_ts(moment: datetime) -> str:
 
 
 class PostgresRetention(CheckpointRetention):
+    store_name = "postgres"
+
     def __init__(
         self,
         saver: BaseCheckpointSaver[Any],
@@ -81,7 +83,7 @@ class PostgresRetention(CheckpointRetention):
         keys.update(str(row["thread_id"]) for row in rows)
         return keys
 
-    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
+    async def erase_rest(self, tenant_id: str, user_id: str) -> None:
         """Also what no checkpoint refers to: message rows a failed first commit left behind
         on a thread that has no checkpoint (found by the thread key's user prefix), and the
         user's rate-limit rows.
@@ -90,7 +92,6 @@ class PostgresRetention(CheckpointRetention):
         so carol's thread ``bob:notes`` has the key a thread of user ``bob`` has in scope
         ``user`` — its rows are carol's and stay (issue 26: they were deleted, and the thread
         failed with ``LedgerCorrupt`` in the next process)."""
-        receipt = await super().erase_user(tenant_id, user_id)
         prefix = f"{tenant_id}:{user_id}:"  # ThreadRef.key of the user's threads (no ":" in ids)
         async with self.pool.connection() as conn:
             await conn.execute(
@@ -102,7 +103,20 @@ class PostgresRetention(CheckpointRetention):
                 f"DELETE FROM {RATE_TABLE} WHERE key = %s",  # RATE_TABLE: a constant
                 (f"{tenant_id}:{user_id}",),
             )
-        return receipt
+
+    async def remaining(
+        self, tenant_id: str, user_id: str, thread_keys: Sequence[str]
+    ) -> dict[str, int]:
+        """Also the erased threads' message rows, and the user's rate-limit rows."""
+        left = await super().remaining(tenant_id, user_id, thread_keys)
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT (SELECT count(*) FROM {LEDGER} WHERE thread_id = ANY(%s))"  # constants
+                f" + (SELECT count(*) FROM {RATE_TABLE} WHERE key = %s) AS n",
+                (list(thread_keys), f"{tenant_id}:{user_id}"),
+            )
+            row: Any = await cursor.fetchone()
+        return {self.store_name: left[self.store_name] + int(row["n"])}
 
     async def is_idle(self, thread_key: str, cutoff: datetime) -> bool:
         """Whether the thread has no top-level checkpoint at or after ``cutoff``."""

@@ -314,6 +314,17 @@ class SqlTranscriptArchive(TranscriptArchive):
             )
         return messages.rowcount or 0
 
+    async def thread_rows(self, thread_key: str) -> int:
+        """The thread's rows in every archive table (an erasure's verification)."""
+        async with self.engine.connect() as conn:
+            total = 0
+            for table in (chat_messages, chat_summaries, tool_invocations):
+                query = (
+                    select(func.count()).select_from(table).where(table.c.thread_key == thread_key)
+                )
+                total += int((await conn.execute(query)).scalar_one())
+            return total
+
     async def user_threads(self, tenant_id: str, user_id: str) -> list[str]:
         async with self.engine.connect() as conn:
             rows = await conn.execute(

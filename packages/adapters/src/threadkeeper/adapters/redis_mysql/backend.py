@@ -40,6 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
 from threadkeeper.adapters.checkpoint_retention import (
+    count_store_prefix,
     delete_store_prefix,
     reset_memory,
     revoke_claims,
@@ -383,7 +384,26 @@ class ArchiveRetention(HeldDeletion):
         items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
         if self.fences is not None:
             await self.fences.forget_user(tenant_id, user_id)
-        return receipt + ErasureReceipt(memory_items=items, feedback=stray_feedback)
+        remaining = await self.remaining(tenant_id, user_id, sorted(keys))
+        return receipt + ErasureReceipt(
+            memory_items=items, feedback=stray_feedback, remaining=remaining
+        )
+
+    async def remaining(
+        self, tenant_id: str, user_id: str, thread_keys: Sequence[str]
+    ) -> dict[str, int]:
+        """The erasure's verification pass, per store: in MySQL the rows naming the user
+        (run records and texts, feedback, claims, their fence), the threads the archive or the
+        run records still name, the erased threads' rows, the memory items; in Redis the
+        erased threads' keys (checkpoints, their pointers and writes)."""
+        mysql = await self.runs.user_rows(tenant_id, user_id)
+        mysql += len(await self.user_thread_keys(tenant_id, user_id))
+        redis = 0
+        for key in thread_keys:
+            mysql += await self.runs.thread_rows(key) + await self.archive.thread_rows(key)
+            redis += len(await self.saver.existing_keys(key))
+        mysql += await count_store_prefix(self.store, user_namespace(tenant_id, user_id))
+        return {"mysql": mysql, "redis": redis}
 
 
 @dataclass

@@ -480,6 +480,19 @@ class HealingRedisSaver(AsyncRedisSaver):
         )
         return list(dict.fromkeys(keys))
 
+    async def existing_keys(self, thread_id: str) -> list[str]:
+        """Those of ``thread_keys`` that exist, and the thread's latest-checkpoint pointer
+        if it does (found without the index: an erasure's verification)."""
+        keys = [
+            *await self.thread_keys(thread_id),
+            self._make_redis_checkpoint_latest_key(thread_id, ""),
+        ]
+        pipeline = self._redis.pipeline(transaction=False)
+        for key in keys:
+            pipeline.exists(key)
+        found = await pipeline.execute()
+        return [key for key, exists in zip(keys, found, strict=True) if exists]
+
     async def thread_bytes(self, thread_id: str) -> tuple[int, int]:
         """(keys, bytes) the thread holds in Redis: ``MEMORY USAGE key SAMPLES 0`` (the whole
         value with the key and Redis's own overhead) summed over ``thread_keys`` that exist,

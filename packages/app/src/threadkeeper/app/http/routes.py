@@ -380,9 +380,10 @@ async def reset_memory(service: Service, caller: CallerDep, user_id: UserIdPath)
     responses=problems(401, 403, 409, 422, 500, 503),
 )
 async def erase_user(service: Service, caller: CallerDep, user_id: UserIdPath) -> ErasureReceiptOut:
-    """Erase everything of the user in this tenant; a receipt of the counts deleted. Each of
-    the user's threads is deleted once its run in flight, if any, has finished (409 after 30 s
-    of waiting; erasing again completes what was left)."""
+    """Erase everything of the user in this tenant; a receipt of the counts deleted and of
+    what a verification pass then found left per store (0 each). Each of the user's threads is
+    deleted once its run in flight, if any, has finished (409 after 30 s of waiting; erasing
+    again completes what was left); the user's runs are refused (409) until the erasure ends."""
     _own_user(caller, user_id)
     receipt = await service.erase_user(caller)
     return ErasureReceiptOut(
@@ -390,6 +391,7 @@ async def erase_user(service: Service, caller: CallerDep, user_id: UserIdPath) -
         messages=receipt.messages,
         memory_items=receipt.memory_items,
         feedback=receipt.feedback,
+        remaining=receipt.remaining,
     )
 
 

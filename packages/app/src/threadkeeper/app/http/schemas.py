@@ -142,12 +142,14 @@ class MemoryResetOut(msgspec.Struct, frozen=True):
 
 
 class ErasureReceiptOut(msgspec.Struct, frozen=True):
-    """``DELETE /v1/users/{user_id}``: counts deleted."""
+    """``DELETE /v1/users/{user_id}``: counts deleted, and what the verification pass that
+    ends the erasure still found of the user, per store (0 each)."""
 
     threads: int
     messages: int
     memory_items: int
     feedback: int
+    remaining: dict[str, int]
 
 
 class StorageBytesOut(msgspec.Struct, frozen=True):

@@ -41,7 +41,7 @@ from threadkeeper.adapters.rounds import RoundsOf, RoundStore, RoundWrite
 from threadkeeper.adapters.transcripts import ArchiveTranscript, CheckpointTranscript
 from threadkeeper.domain.errors import ClaimLost
 from threadkeeper.domain.locks import ClaimedLock, InMemoryRunFences, InMemoryRunLock
-from threadkeeper.domain.memory import user_namespace
+from threadkeeper.domain.memory import MemoryKind, memory_namespace, user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
 from threadkeeper.domain.runs import InMemoryRunRecords
 from threadkeeper.domain.storage import StorageUsage
@@ -300,7 +300,23 @@ class MemoryRetention(HeldDeletion):
         _, stray_feedback = await self.backend.runs.erase_user(tenant_id, user_id)
         items = await delete_prefix(self.backend.store, user_namespace(tenant_id, user_id))
         await self.backend.fences.forget_user(tenant_id, user_id)
-        return receipt + ErasureReceipt(memory_items=items, feedback=stray_feedback)
+        remaining = await self.remaining(tenant_id, user_id, sorted(keys))
+        return receipt + ErasureReceipt(
+            memory_items=items, feedback=stray_feedback, remaining=remaining
+        )
+
+    async def remaining(
+        self, tenant_id: str, user_id: str, thread_keys: Sequence[str]
+    ) -> dict[str, int]:
+        left = len(await self.user_thread_keys(tenant_id, user_id))
+        left += len(await self.backend.runs.user_feedback(tenant_id, user_id))
+        for key in thread_keys:
+            config: Any = {"configurable": {"thread_id": key, "checkpoint_ns": ""}}
+            left += int(await self.backend.saver.aget_tuple(config) is not None)
+        for kind in MemoryKind:
+            space = memory_namespace(tenant_id, user_id, kind)
+            left += len(await self.backend.store.asearch(space, limit=10_000))
+        return {"memory": left}
 
     async def reset_memory(self, tenant_id: str, user_id: str) -> int:
         deleted = await delete_prefix(self.backend.store, user_namespace(tenant_id, user_id))
