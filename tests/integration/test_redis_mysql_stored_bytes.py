@@ -92,6 +92,7 @@ async def test_a_checkpoint_document_naming_a_foreign_type_is_refused(
     assert await saver.aget_tuple(config) is not None  # read (and remembered) as stored
     redis = saver._redis
     key = await redis.get(saver._make_redis_checkpoint_latest_key(KEY, ""))
+    assert key is not None
     path = "$.checkpoint.channel_values.messages[1].kwargs.additional_kwargs.planted"
     assert await redis.execute_command("JSON.SET", key, path, orjson.dumps(envelope))
     await _refused(saver, config, name, caplog)

@@ -232,7 +232,7 @@ def test_the_redis_serializers_msgpack_and_pickle_are_refused() -> None:
 def _messages() -> list[BaseMessage]:
     return [
         HumanMessage("Is my car covered abroad?", id="h1"),
-        HumanMessageChunk("Is my", id="h2"),
+        HumanMessageChunk(content="Is my", id="h2"),
         AIMessage(
             "",
             id="a1",
@@ -240,15 +240,15 @@ def _messages() -> list[BaseMessage]:
             response_metadata={"threadkeeper": {"at": "2026-12-01T10:00:00+00:00"}},
             usage_metadata={"input_tokens": 10, "output_tokens": 2, "total_tokens": 12},
         ),
-        AIMessageChunk("Yes", id="a2"),
+        AIMessageChunk(content="Yes", id="a2"),
         ToolMessage("EU only", tool_call_id="c1", id="t1", artifact={"doc": 1}),
-        ToolMessageChunk("EU", tool_call_id="c1", id="t2"),
+        ToolMessageChunk(content="EU", tool_call_id="c1", id="t2"),
         SystemMessage("Be brief.", id="s1"),
-        SystemMessageChunk("Be", id="s2"),
-        ChatMessage("hi", role="critic", id="c1"),
-        ChatMessageChunk("hi", role="critic", id="c2"),
-        FunctionMessage("42", name="f", id="f1"),
-        FunctionMessageChunk("4", name="f", id="f2"),
+        SystemMessageChunk(content="Be", id="s2"),
+        ChatMessage(content="hi", role="critic", id="c1"),
+        ChatMessageChunk(content="hi", role="critic", id="c2"),
+        FunctionMessage(content="42", name="f", id="f1"),
+        FunctionMessageChunk(content="4", name="f", id="f2"),
         AIMessage("Yes, in the EU.", id="a3", additional_kwargs={"citations": ["x#1"]}),
     ]
 
@@ -406,3 +406,13 @@ def test_a_tripwire_record_is_a_dataclass_the_redis_library_would_construct() ->
     assert tripwire.CALLS == [("TripwireRecord", "planted")]
     assert isinstance(TripwireRecord("x"), TripwireRecord)
     tripwire.reset()
+
+
+def test_a_refused_name_reaches_the_log_cut_and_on_one_line() -> None:
+    """Whoever wrote the bytes chose the name: it cannot forge a log line or flood one."""
+    ext = ormsgpack.Ext(0, packed(["os\nERROR forged line", "x" * 500, "planted"]))
+    with pytest.raises(StoredDataRefused) as refused:
+        checkpoint_serializer().loads_typed(_checkpoint_with(ext))
+    assert "\n" not in refused.value.refused
+    assert refused.value.refused.startswith("os\\nERROR forged line.xxx")
+    assert len(refused.value.refused) <= 201
