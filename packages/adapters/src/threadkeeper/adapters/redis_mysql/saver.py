@@ -46,6 +46,7 @@ from redisvl.query.filter import Tag  # type: ignore[import-untyped]
 
 from threadkeeper.adapters.redis_mysql.client import OrjsonRedis
 from threadkeeper.adapters.redis_mysql.serde import MemoRedisSerializer, is_envelope
+from threadkeeper.adapters.serde import reading, thread_of
 from threadkeeper.domain.errors import StoredDataRefused
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,8 @@ class HealingRedisSaver(AsyncRedisSaver):
     Index creation is check-then-``FT.CREATE``: replicas starting (or healing) at the same
     moment race, and the loser's "Index already exists" means the index is there — success.
     Messages are (de)serialized through a memo (``MemoRedisSerializer``), which reads only the
-    types threadkeeper stores: a read that meets anything else raises ``StoredDataRefused``,
-    never a checkpoint without it.
+    types threadkeeper stores: a read that meets anything else raises ``StoredDataRefused``
+    (named for its thread and logged, ``serde.reading``), never a checkpoint without it.
     """
 
     serde: MemoRedisSerializer
@@ -131,7 +132,8 @@ class HealingRedisSaver(AsyncRedisSaver):
             return await call()
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._healing(lambda: self._read_tuple(config))
+        with reading(thread_of(config)):
+            return await self._healing(lambda: self._read_tuple(config))
 
     async def _read_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """``AsyncRedisSaver.aget_tuple`` (langgraph-checkpoint-redis 0.5.2) reading the
@@ -335,23 +337,24 @@ class HealingRedisSaver(AsyncRedisSaver):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         parent = AsyncRedisSaver
-        try:
-            items = [
-                item
-                async for item in parent.alist(
-                    self, config, filter=filter, before=before, limit=limit
-                )
-            ]
-        except (RedisSearchError, ResponseError) as exc:
-            if not _missing_index(exc):
-                raise
-            await self.ensure_indexes()
-            items = [
-                item
-                async for item in parent.alist(
-                    self, config, filter=filter, before=before, limit=limit
-                )
-            ]
+        with reading(thread_of(config)):
+            try:
+                items = [
+                    item
+                    async for item in parent.alist(
+                        self, config, filter=filter, before=before, limit=limit
+                    )
+                ]
+            except (RedisSearchError, ResponseError) as exc:
+                if not _missing_index(exc):
+                    raise
+                await self.ensure_indexes()
+                items = [
+                    item
+                    async for item in parent.alist(
+                        self, config, filter=filter, before=before, limit=limit
+                    )
+                ]
         for item in items:
             yield item
 
