@@ -20,9 +20,11 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from threadkeeper.adapters import ledger_codec as codec
 from threadkeeper.adapters.serde import checkpoint_serializer
+from threadkeeper.domain.errors import StoredDataRefused
 
 SERDE = checkpoint_serializer()
 TEXT = "بیمه‌نامه شما تا پایان سال معتبر است. 保单有效期至年底。 Your policy is valid. 🙂"
@@ -111,11 +113,16 @@ def test_the_compact_form_is_much_smaller() -> None:
 
 
 def test_what_the_compact_form_cannot_hold_is_written_as_the_serializer_writes_it() -> None:
+    """Written in the serializer's form, which LangGraph reads back as the subclass; the ledger
+    refuses to: a subclass is a type threadkeeper does not store (``serde.STORED_TYPES``)."""
     message = Custom(content=TEXT, id="custom")
     for verify in (False, True):
         type_, body = codec.encode(message, SERDE, verify=verify)
         assert (type_, body) == SERDE.dumps_typed(message)
-        assert type(codec.decode(type_, body, SERDE)) is Custom
+        allowing = JsonPlusSerializer(allowed_msgpack_modules=[Custom])
+        assert type(allowing.loads_typed((type_, body))) is Custom
+        with pytest.raises(StoredDataRefused, match=f"{__name__}.Custom"):
+            codec.decode(type_, body, SERDE)
 
 
 @pytest.mark.parametrize("message", messages(), ids=lambda m: f"{type(m).__name__}")

@@ -34,7 +34,12 @@ from pydantic import PrivateAttr
 
 from tests.support.scripted_model import ScriptedChatModel
 from threadkeeper.adapters.knowledge import KnowledgeBase
-from threadkeeper.adapters.serde import MemoSerializer, MessageMemo, checkpoint_serializer
+from threadkeeper.adapters.serde import (
+    MemoSerializer,
+    MessageMemo,
+    StoredTypesHook,
+    checkpoint_serializer,
+)
 from threadkeeper.app.config import Settings
 from threadkeeper.app.container import build_service
 from threadkeeper.app.runs import RunService
@@ -220,7 +225,7 @@ def test_a_memoized_decode_equals_a_fresh_one_and_notices_an_assigned_field(
 
 
 def test_the_memo_is_bounded_by_the_bytes_it_keeps() -> None:
-    memo = MessageMemo(JsonPlusSerializer()._unpack_ext_hook, budget=2_000)
+    memo = MessageMemo(StoredTypesHook(), budget=2_000)
     bounded = MemoSerializer(memo)
     for i in range(50):
         blob = bounded.dumps_typed([HumanMessage(f"message {i} " * 10, id=f"m{i}")])

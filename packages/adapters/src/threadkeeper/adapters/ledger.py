@@ -55,6 +55,7 @@ from langgraph.checkpoint.base import (
 
 from threadkeeper.adapters.ledger_codec import decode as decode_row
 from threadkeeper.adapters.ledger_codec import encode as encode_row
+from threadkeeper.adapters.serde import reading, thread_of
 
 log = logging.getLogger(__name__)
 
@@ -367,12 +368,13 @@ class MessageLedger(BaseCheckpointSaver[Any]):
     # -- BaseCheckpointSaver ----------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        try:
-            return await self._loaded(await self.base.aget_tuple(config))
-        except LedgerCorrupt:
-            # read again: the thread may have been deleted or pruned (by another replica)
-            # between reading its checkpoint and reading its rows
-            return await self._loaded(await self.base.aget_tuple(config))
+        with reading(thread_of(config)):  # a refused checkpoint or row: named and logged
+            try:
+                return await self._loaded(await self.base.aget_tuple(config))
+            except LedgerCorrupt:
+                # read again: the thread may have been deleted or pruned (by another replica)
+                # between reading its checkpoint and reading its rows
+                return await self._loaded(await self.base.aget_tuple(config))
 
     async def alist(
         self,
@@ -382,18 +384,20 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        listing = self.base.alist(config, filter=filter, before=before, limit=limit)
-        if self.buffered_lists:
-            listing = _replay([item async for item in listing])
-        async for item in listing:
-            try:
-                loaded = await self._loaded(item)
-            except LedgerCorrupt:
-                if await self.base.aget_tuple(item.config) is None:
-                    continue  # deleted or pruned while listed
-                raise
-            assert loaded is not None
-            yield loaded
+        with reading(thread_of(config)):  # a refused checkpoint or row: named and logged
+            listing = self.base.alist(config, filter=filter, before=before, limit=limit)
+            if self.buffered_lists:
+                listing = _replay([item async for item in listing])
+            async for item in listing:
+                with reading(thread_of(item.config)):
+                    try:
+                        loaded = await self._loaded(item)
+                    except LedgerCorrupt:
+                        if await self.base.aget_tuple(item.config) is None:
+                            continue  # deleted or pruned while listed
+                        raise
+                assert loaded is not None
+                yield loaded
 
     async def aput(
         self,

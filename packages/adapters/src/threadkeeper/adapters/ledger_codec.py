@@ -12,7 +12,9 @@ service (docs/storage-postgres.md). A row's ``type`` column says which form its 
   each key an index into ``FIELDS`` (a field this table does not know keeps its name), only the
   fields whose ``model_dump()`` value is not the class's default; ``type`` left out when it is
   the class's own. Values are packed as ``JsonPlusSerializer`` packs them (its ext types for
-  anything msgpack lacks), and read back with the serializer's ext hook.
+  anything msgpack lacks), and read back through the allowlist of every stored read
+  (``serde.STORED_TYPES``: ``serde.stored_reader``'s hook, under ``serde.screened``) — whatever
+  serializer the ledger was given.
 - ``tk1z`` — the same bytes, raw deflate with the preset dictionary ``ZDICT`` (written when
   that is shorter).
 
@@ -52,6 +54,8 @@ from langchain_core.messages import (
 )
 from langgraph.checkpoint.serde import jsonplus
 from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from threadkeeper.adapters.serde import screened, stored_reader
 
 COMPACT: Final = "tk1"
 COMPRESSED: Final = "tk1z"
@@ -149,9 +153,13 @@ def pack(message: BaseMessage) -> bytes | None:
 
 
 def unpack(body: bytes, serde: SerializerProtocol) -> BaseMessage:
-    """The message of a ``tk1`` body (values' ext types decoded by ``serde``'s hook)."""
-    hook = getattr(serde, "_unpack_ext_hook", None) or jsonplus._msgpack_ext_hook
-    code, fields = ormsgpack.unpackb(body, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+    """The message of a ``tk1`` body (values' ext types decoded by the hook of
+    ``stored_reader(serde)``: only ``STORED_TYPES``; anything else raises
+    ``StoredDataRefused``)."""
+    hook = stored_reader(serde)._unpack_ext_hook
+    code, fields = screened(
+        lambda: ormsgpack.unpackb(body, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+    )
     cls = CLASSES[code]
     kwargs = _fresh(cls)
     for key, value in fields.items():
@@ -203,9 +211,10 @@ def encode(
 
 
 def decode(type_: str, body: bytes, serde: SerializerProtocol) -> Any:
-    """The value of a ledger row, whichever form it was written in."""
+    """The value of a ledger row, whichever form it was written in (read through
+    ``stored_reader(serde)``: ``StoredDataRefused`` for anything it does not store)."""
     if type_ == COMPRESSED:
         return unpack(inflate(body), serde)
     if type_ == COMPACT:
         return unpack(body, serde)
-    return serde.loads_typed((type_, body))
+    return stored_reader(serde).loads_typed((type_, body))

@@ -23,6 +23,7 @@ from threadkeeper.domain.errors import (
     MessageTooLarge,
     ModelUnavailable,
     RunTimeout,
+    StoredDataRefused,
     ThreadBusy,
     UnknownMessage,
     UnknownThread,
@@ -116,6 +117,13 @@ PROBLEMS: dict[type[DomainError], ProblemSpec] = {
     UnknownRun: ProblemSpec(404, "unknown-run", "Unknown run", "No such run in this thread."),
     RunFailed: ProblemSpec(
         500, "run-failed", "Run failed", "The run did not complete; the thread is unchanged."
+    ),
+    StoredDataRefused: ProblemSpec(
+        500,
+        "stored-data-refused",
+        "Stored data refused",
+        "A stored value of this thread names a type the service never stores; it was refused, "
+        "not read. The thread cannot be read until an operator repairs or deletes it.",
     ),
     ModelUnavailable: ProblemSpec(
         502,

@@ -86,3 +86,20 @@ class UnknownMessage(DomainError):
 
 class InvalidDuration(DomainError, ValueError):
     """A duration such as ``90d`` could not be read."""
+
+
+class StoredDataRefused(DomainError):
+    """A stored value — a checkpoint, a pending write, a message of the ledger — names a type
+    threadkeeper never stores, so something other than threadkeeper wrote it; it was refused,
+    not read: nothing it names was imported, constructed or called (HTTP 500). The thread
+    cannot be read until an operator repairs or deletes it.
+
+    ``refused`` is what was named (``module.name``, or a storage format); ``thread`` is the
+    thread as log lines name it (``threads.log_name``), once the read that met it is known.
+    Neither tells anything of the stored content.
+    """
+
+    def __init__(self, refused: str, thread: str | None = None) -> None:
+        super().__init__(f"stored data names {refused}, which threadkeeper does not store")
+        self.refused = refused
+        self.thread = thread

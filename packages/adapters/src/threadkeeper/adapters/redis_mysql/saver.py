@@ -46,7 +46,9 @@ from redisvl.query import FilterQuery  # type: ignore[import-untyped]
 from redisvl.query.filter import Tag  # type: ignore[import-untyped]
 
 from threadkeeper.adapters.redis_mysql.client import OrjsonRedis
-from threadkeeper.adapters.redis_mysql.serde import MemoRedisSerializer
+from threadkeeper.adapters.redis_mysql.serde import MemoRedisSerializer, is_envelope
+from threadkeeper.adapters.serde import reading, thread_of
+from threadkeeper.domain.errors import StoredDataRefused
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +68,29 @@ class HealingRedisSaver(AsyncRedisSaver):
 
     Index creation is check-then-``FT.CREATE``: replicas starting (or healing) at the same
     moment race, and the loser's "Index already exists" means the index is there — success.
-    Messages are (de)serialized through a memo (``MemoRedisSerializer``).
+    Messages are (de)serialized through a memo (``MemoRedisSerializer``), which reads only the
+    types threadkeeper stores: a read that meets anything else raises ``StoredDataRefused``
+    (named for its thread and logged, ``serde.reading``), never a checkpoint without it.
     """
+
+    serde: MemoRedisSerializer
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.serde = MemoRedisSerializer()
+
+    def _recursive_deserialize(self, obj: Any) -> Any:
+        """The library's walk over a checkpoint's channel values, except that a refused
+        envelope raises: the library logs any failure to revive an envelope and hands the
+        envelope back as a dict (kept for other failures, as the library has them)."""
+        if isinstance(obj, dict) and is_envelope(obj):
+            try:
+                return self.serde._revive_if_needed(obj)
+            except StoredDataRefused:
+                raise
+            except Exception:
+                pass  # the library's own handling below: logged, handed back as it is
+        return super()._recursive_deserialize(obj)
 
     async def asetup(self) -> None:
         for _ in range(3):
@@ -114,7 +133,8 @@ class HealingRedisSaver(AsyncRedisSaver):
             return await call()
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._healing(lambda: self._read_tuple(config))
+        with reading(thread_of(config)):
+            return await self._healing(lambda: self._read_tuple(config))
 
     async def _read_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """``AsyncRedisSaver.aget_tuple`` (langgraph-checkpoint-redis 0.5.2) reading the
@@ -318,23 +338,24 @@ class HealingRedisSaver(AsyncRedisSaver):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         parent = AsyncRedisSaver
-        try:
-            items = [
-                item
-                async for item in parent.alist(
-                    self, config, filter=filter, before=before, limit=limit
-                )
-            ]
-        except (RedisSearchError, ResponseError) as exc:
-            if not _missing_index(exc):
-                raise
-            await self.ensure_indexes()
-            items = [
-                item
-                async for item in parent.alist(
-                    self, config, filter=filter, before=before, limit=limit
-                )
-            ]
+        with reading(thread_of(config)):
+            try:
+                items = [
+                    item
+                    async for item in parent.alist(
+                        self, config, filter=filter, before=before, limit=limit
+                    )
+                ]
+            except (RedisSearchError, ResponseError) as exc:
+                if not _missing_index(exc):
+                    raise
+                await self.ensure_indexes()
+                items = [
+                    item
+                    async for item in parent.alist(
+                        self, config, filter=filter, before=before, limit=limit
+                    )
+                ]
         for item in items:
             yield item
 
