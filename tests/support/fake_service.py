@@ -348,7 +348,10 @@ class FakeThreadService:
             receipt = receipt + ErasureReceipt(
                 threads=1, messages=len(thread.messages), feedback=len(thread.feedback)
             )
-        return receipt + ErasureReceipt(memory_items=await self.reset_memory(caller))
+        left = {"memory": 0}  # the fake deletes everything: its verification finds nothing
+        return receipt + ErasureReceipt(
+            memory_items=await self.reset_memory(caller), remaining=left
+        )
 
     async def ready(self) -> dict[str, str]:
         return dict(self.readiness)

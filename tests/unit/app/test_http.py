@@ -1357,10 +1357,22 @@ async def test_erasing_a_user_answers_a_receipt(
     )
     response = await client.delete("/v1/users/u1", headers=headers())
     assert response.status_code == 200
-    assert response.json() == {"threads": 2, "messages": 6, "memory_items": 2, "feedback": 1}
+    assert response.json() == {
+        "threads": 2,
+        "messages": 6,
+        "memory_items": 2,
+        "feedback": 1,
+        "remaining": {"memory": 0},
+    }
     assert service.thread(Caller("acme", "u2"), "t1") is not None
     again = await client.delete("/v1/users/u1", headers=headers())
-    assert again.json() == {"threads": 0, "messages": 0, "memory_items": 0, "feedback": 0}
+    assert again.json() == {
+        "threads": 0,
+        "messages": 0,
+        "memory_items": 0,
+        "feedback": 0,
+        "remaining": {"memory": 0},
+    }
 
 
 # --- ops ----------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -18,8 +18,9 @@ from langgraph.store.base import BaseStore, PutOp
 
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
 from threadkeeper.domain.locks import RunLock, ThreadLock
-from threadkeeper.domain.memory import user_namespace
+from threadkeeper.domain.memory import MemoryKind, memory_namespace, user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
+from threadkeeper.domain.runs import RunRecords
 from threadkeeper.domain.threads import log_name
 from threadkeeper.domain.tokens import message_text
 
@@ -81,6 +82,49 @@ async def count_store_prefix(store: BaseStore, prefix: tuple[str, ...]) -> int:
     return len(found)
 
 
+def _id_of(label: str) -> str:
+    """An id from its namespace label (``store_label`` turned ``.`` into ``:``, which no
+    tenant or user id holds)."""
+    return label.replace(":", ".")
+
+
+async def idle_memory(
+    store: BaseStore, runs: RunRecords, cutoff: datetime, *, limit: int
+) -> list[tuple[str, str]]:
+    """(tenant, user) of up to ``limit`` users whose memory is idle: none of its items written
+    (or, where the store refreshes on read, read) since ``cutoff``, and no run of the user
+    recorded since. Every user namespace is looked at, a page at a time."""
+    idle: list[tuple[str, str]] = []
+    offset = 0
+    while len(idle) < limit:
+        spaces = await store.alist_namespaces(max_depth=3, limit=500, offset=offset)
+        offset += len(spaces)
+        users = {(s[0], s[2]) for s in spaces if len(s) == 3 and s[1] == "user"}
+        for tenant_label, user_label in sorted(users):
+            tenant_id, user_id = _id_of(tenant_label), _id_of(user_label)
+            items = []
+            for kind in MemoryKind:
+                space = memory_namespace(tenant_id, user_id, kind)
+                items += await store.asearch(space, limit=500, refresh_ttl=False)
+            # SQLite's and MySQL's stores give naive times, in UTC
+            newest_item = (
+                max(
+                    (i.updated_at if i.updated_at.tzinfo else i.updated_at.replace(tzinfo=UTC))
+                    for i in items
+                )
+                if items
+                else None
+            )
+            if newest_item is None or newest_item >= cutoff:
+                continue
+            newest_run = await runs.user_newest(tenant_id, user_id)
+            if newest_run is None or newest_run < cutoff:
+                idle.append((tenant_id, user_id))
+        if len(spaces) < 500:
+            break
+    return idle[:limit]
+
+
 async def reset_memory(store: BaseStore, runs: SqlRunRecords, tenant_id: str, user_id: str) -> int:
     """Delete the user's memory, and what their run records hold of it (the memory block of
     the stored prompts, the profile of stored escalations); the items deleted."""
@@ -137,6 +181,9 @@ class CheckpointRetention(HeldDeletion):
 
     async def reset_memory(self, tenant_id: str, user_id: str) -> int:
         return await reset_memory(self.store, self.runs, tenant_id, user_id)
+
+    async def idle_memory(self, cutoff: datetime, *, limit: int) -> list[tuple[str, str]]:
+        return await idle_memory(self.store, self.runs, cutoff, limit=limit)
 
     async def would_delete(self, thread_keys: Sequence[str]) -> ErasureReceipt:
         """What ``delete_threads(thread_keys)`` would delete, counted as it counts (each

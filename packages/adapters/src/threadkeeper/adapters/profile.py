@@ -67,6 +67,11 @@ class ProfileRetention(Protocol):
         """Delete the user's memory and what their run records hold of it; items deleted."""
         ...
 
+    async def idle_memory(self, cutoff: Any, *, limit: int) -> list[tuple[str, str]]:
+        """(tenant, user) of users with memory, none of it written since ``cutoff`` and no
+        run of theirs recorded since (the memory sweep)."""
+        ...
+
 
 class Transcript(Protocol):
     """Where a profile's transcript lives — the checkpoint state itself (ADR-0007), or an

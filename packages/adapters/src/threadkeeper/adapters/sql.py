@@ -891,6 +891,15 @@ class SqlRunRecords(SqlAccess, RunRecords):
                 )
         return changed
 
+    async def user_newest(self, tenant_id: str, user_id: str) -> datetime | None:
+        """When the user's newest run was recorded (None: no run recorded)."""
+        query = select(func.max(run_records.c.created_at)).where(
+            run_records.c.tenant_id == tenant_id, run_records.c.user_id == user_id
+        )
+        async with self.connect() as conn:
+            newest = (await conn.execute(query)).scalar()
+        return None if newest is None else _aware(newest)
+
     async def thread_newest(self, thread_key: str) -> datetime | None:
         """When the thread's newest run was recorded (None: no run recorded)."""
         query = select(func.max(run_records.c.created_at)).where(

@@ -69,6 +69,7 @@ def _sweeper(settings: Settings, service: RunService) -> RetentionSweeper | None
         service.retention,
         older_than=timedelta(days=settings.retention_days),
         interval=timedelta(minutes=settings.retention_sweep_minutes),
+        memory=service.retention if settings.retention_memory else None,
     )
 
 

@@ -784,7 +784,7 @@ def _counts(receipt: Any) -> dict[str, int]:
 
 async def _retention(settings: Settings, args: argparse.Namespace) -> int:
     from threadkeeper.domain.errors import InvalidDuration
-    from threadkeeper.domain.retention import parse_duration, sweep
+    from threadkeeper.domain.retention import parse_duration, sweep, sweep_memory
 
     if args.older_than:
         try:
@@ -814,6 +814,9 @@ async def _retention(settings: Settings, args: argparse.Namespace) -> int:
                     "batches": math.ceil(len(preview.thread_keys) / args.batch),
                     "would_delete": _counts(preview.would_delete),
                 }
+                if settings.retention_memory:
+                    idle = await stored.backend.retention.idle_memory(cutoff, limit=10**6)
+                    report["would_delete"]["memory_users"] = len(idle)
             else:
                 swept = await sweep(
                     stored.backend.retention, now=now, older_than=older_than, batch=args.batch
@@ -824,6 +827,12 @@ async def _retention(settings: Settings, args: argparse.Namespace) -> int:
                     "batches": swept.batches,
                     "deleted": _counts(swept.deleted),
                 }
+                if settings.retention_memory:
+                    memory = await sweep_memory(
+                        stored.backend.retention, now=now, older_than=older_than, batch=args.batch
+                    )
+                    report["deleted"]["memory_users"] = memory.users
+                    report["deleted"]["memory_items"] += memory.memory_items
     except Exception as exc:
         busy = startup_problem(exc, settings)
         if busy is None:

@@ -54,6 +54,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     memory_max_facts: int = 50
     retention_days: int | None = None
     retention_sweep_minutes: int = 0
+    retention_memory: bool = False
+    """Retention also deletes the memory of users idle past ``retention_days`` (no memory
+    written or read, no run of theirs since)."""
     rate_limit_per_minute: int = 0
     model: str = "builtin"
     model_token_delay_ms: float = 0.0
@@ -121,6 +124,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 raise ConfigError(f"{PREFIX}{name.upper()} must not be negative")
         if self.retention_days is not None and self.retention_days < 1:
             raise ConfigError(f"{PREFIX}RETENTION_DAYS must be positive when set")
+        if self.retention_memory and self.retention_days is None:
+            raise ConfigError(f"{PREFIX}RETENTION_MEMORY needs {PREFIX}RETENTION_DAYS (the window)")
         if self.retention_sweep_minutes and self.retention_days is None:
             raise ConfigError(
                 f"{PREFIX}RETENTION_SWEEP_MINUTES needs {PREFIX}RETENTION_DAYS (the window)"

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from threadkeeper.app.metrics import DELETIONS
-from threadkeeper.domain.retention import Sweepable, SweepReport, sweep
+from threadkeeper.domain.retention import (
+    MemorySweepable,
+    MemorySweepReport,
+    Sweepable,
+    SweepReport,
+    sweep,
+    sweep_memory,
+)
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +31,10 @@ class RetentionSweeper:
     older_than: timedelta
     interval: timedelta
     batch: int = 500
+    memory: MemorySweepable | None = None
+    """Also delete the memory of users idle past ``older_than`` (``RETENTION_MEMORY``)."""
     reports: list[SweepReport] = field(default_factory=list)
+    memory_reports: list[MemorySweepReport] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
 
     async def run_once(self) -> SweepReport:
@@ -40,6 +50,18 @@ class RetentionSweeper:
                 report.deleted.messages,
                 report.cutoff.isoformat(),
             )
+        if self.memory is not None:
+            memory = await sweep_memory(
+                self.memory, now=datetime.now(UTC), older_than=self.older_than, batch=self.batch
+            )
+            self.memory_reports = [*self.memory_reports[-9:], memory]
+            if memory.users:
+                log.info(
+                    "retention: deleted the memory of %d users (%d items) idle since before %s",
+                    memory.users,
+                    memory.memory_items,
+                    memory.cutoff.isoformat(),
+                )
         return report
 
     async def _loop(self) -> None:

@@ -767,6 +767,28 @@ class BackendConformance:
         assert await transcript_of(backend, during) == expected(after.turn)
         assert await backend.runs.get(during.key, after.record.run_id) is not None
 
+    async def test_the_memory_of_users_idle_past_the_window_is_swept(
+        self, backend: Backend
+    ) -> None:
+        """``THREADKEEPER_RETENTION_MEMORY``: the memory of a user with no memory written and
+        no run since the cutoff is deleted; a user who ran since keeps theirs (issue 26)."""
+        from threadkeeper.domain.retention import sweep_memory
+
+        idle, active = new_ref(), new_ref()
+        await seed_memory(backend, idle, 3)
+        await seed_memory(backend, active, 2)
+        window = timedelta(hours=1)
+        later = now() + 2 * window  # every item written now is idle by then
+        await store_round(backend, active, Turn.make(0, later))  # a run since that cutoff
+        assert await backend.retention.idle_memory(later - window, limit=10) == [
+            (idle.tenant_id, idle.user_id)
+        ]
+        report = await sweep_memory(backend.retention, now=later, older_than=window, batch=1)
+        assert (report.users, report.memory_items) == (1, 3)
+        assert await memory_items(backend, idle.tenant_id, idle.user_id) == 0
+        assert await memory_items(backend, active.tenant_id, active.user_id) == 2
+        assert await backend.retention.idle_memory(now() - window, limit=10) == []
+
     async def test_resetting_memory_forgets_it_in_the_store_and_the_run_records(
         self, backend: Backend
     ) -> None:

@@ -170,6 +170,48 @@ async def sweep(
     return SweepReport(cutoff, False, batches, total)
 
 
+class MemorySweepable(Protocol):
+    """What a memory sweep needs of a retention: users whose memory is idle, and a reset."""
+
+    async def idle_memory(self, cutoff: datetime, *, limit: int) -> list[tuple[str, str]]: ...
+
+    async def reset_memory(self, tenant_id: str, user_id: str) -> int: ...
+
+
+class MemorySweepReport(msgspec.Struct):
+    cutoff: datetime
+    users: int
+    """Users whose memory was deleted (or, on a dry run, would be)."""
+    memory_items: int
+
+
+async def sweep_memory(
+    retention: MemorySweepable,
+    *,
+    now: datetime,
+    older_than: timedelta,
+    batch: int = 500,
+    dry_run: bool = False,
+) -> MemorySweepReport:
+    """Delete the memory of users idle longer than ``older_than``: no memory written or read
+    and no run of theirs since the cutoff (``THREADKEEPER_RETENTION_MEMORY``). A user who runs
+    meanwhile only loses what the next run finds again."""
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    cutoff = now - older_than
+    if dry_run:
+        idle = await retention.idle_memory(cutoff, limit=10**6)
+        return MemorySweepReport(cutoff, len(idle), 0)
+    users = items = 0
+    while True:
+        idle = await retention.idle_memory(cutoff, limit=batch)
+        for tenant_id, user_id in idle:
+            items += await retention.reset_memory(tenant_id, user_id)
+            users += 1
+        if len(idle) < batch:
+            return MemorySweepReport(cutoff, users, items)
+
+
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 

@@ -210,6 +210,10 @@ class RunRecords(ABC):
         """The user's feedback in the tenant, oldest first (export)."""
 
     @abstractmethod
+    async def user_newest(self, tenant_id: str, user_id: str) -> datetime | None:
+        """When the user's newest run in the tenant was recorded (``None``: none recorded)."""
+
+    @abstractmethod
     async def user_threads(self, tenant_id: str, user_id: str) -> list[str]:
         """Keys of the threads with run records of the user in the tenant."""
 
@@ -331,6 +335,14 @@ class InMemoryRunRecords(RunRecords):
             f for f in self._feedback.values() if (f.tenant_id, f.user_id) == (tenant_id, user_id)
         ]
         return sorted(mine, key=lambda f: (f.at, f.run_id))
+
+    async def user_newest(self, tenant_id: str, user_id: str) -> datetime | None:
+        times = [
+            r.created_at
+            for r in self._runs.values()
+            if (r.tenant_id, r.user_id) == (tenant_id, user_id)
+        ]
+        return max(times, default=None)
 
     async def user_threads(self, tenant_id: str, user_id: str) -> list[str]:
         return sorted(

@@ -42,6 +42,7 @@ from threadkeeper.adapters import migrations
 from threadkeeper.adapters.checkpoint_retention import (
     count_store_prefix,
     delete_store_prefix,
+    idle_memory,
     reset_memory,
     revoke_claims,
 )
@@ -357,6 +358,9 @@ class ArchiveRetention(HeldDeletion):
 
     async def reset_memory(self, tenant_id: str, user_id: str) -> int:
         return await reset_memory(self.store, self.runs, tenant_id, user_id)
+
+    async def idle_memory(self, cutoff: datetime, *, limit: int) -> list[tuple[str, str]]:
+        return await idle_memory(self.store, self.runs, cutoff, limit=limit)
 
     async def would_delete(self, thread_keys: Sequence[str]) -> ErasureReceipt:
         """What ``delete_threads(thread_keys)`` would delete, counted as it counts: the

@@ -37,6 +37,7 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from threadkeeper.adapters.atomic import StagedPut
+from threadkeeper.adapters.checkpoint_retention import idle_memory
 from threadkeeper.adapters.rounds import RoundsOf, RoundStore, RoundWrite
 from threadkeeper.adapters.transcripts import ArchiveTranscript, CheckpointTranscript
 from threadkeeper.domain.errors import ClaimLost
@@ -322,6 +323,9 @@ class MemoryRetention(HeldDeletion):
         deleted = await delete_prefix(self.backend.store, user_namespace(tenant_id, user_id))
         await self.backend.runs.forget_memory(tenant_id, user_id)
         return deleted
+
+    async def idle_memory(self, cutoff: datetime, *, limit: int) -> list[tuple[str, str]]:
+        return await idle_memory(self.backend.store, self.backend.runs, cutoff, limit=limit)
 
 
 # --- storage usage ---------------------------------------------------------------------------
