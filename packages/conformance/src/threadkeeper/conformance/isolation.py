@@ -38,6 +38,7 @@ from threadkeeper.conformance.backend import (
 )
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
 from threadkeeper.domain.threads import TENANT_OR_USER_ID, THREAD_ID, ThreadRef, ThreadScope
+from threadkeeper.domain.transcript import to_transcript
 
 if TYPE_CHECKING:
     from threadkeeper.adapters.profile import Backend
@@ -257,6 +258,33 @@ class IsolationConformance:
                 assert gone.memory == []
                 assert gone.feedback == []
                 assert gone.threads == set()
+
+    async def test_erasing_a_user_deletes_the_shared_threads_they_took_part_in_whole(
+        self, backend: Backend
+    ) -> None:
+        """Scope ``global`` (a thread is the tenant's): erasing bob deletes the thread he and
+        carol both wrote in, whole, and carol's own thread ``bob:notes`` not at all
+        (docs/pii.md, "Erasure")."""
+        if self.scope is not ThreadScope.GLOBAL:
+            pytest.skip("threads are shared only in scope global")
+        lead = f"e{next(_counter):06d}{uuid.uuid4().hex[:4]}"
+        tenant, bob, carol = f"{lead}t", f"{lead}bob", f"{lead}carol"
+        shared_bob = ThreadRef(tenant, bob, "shared", ThreadScope.GLOBAL)
+        shared_carol = ThreadRef(tenant, carol, "shared", ThreadScope.GLOBAL)
+        notes = ThreadRef(tenant, carol, f"{bob}:notes", ThreadScope.GLOBAL)
+        await store_round(backend, shared_carol, Turn.make(0))
+        await store_round(backend, shared_bob, Turn.make(1))
+        await store_round(backend, shared_carol, Turn.make(2))  # carol wrote last
+        kept = await store_round(backend, notes, Turn.make(3))
+        receipt = await backend.retention.erase_user(tenant, bob)
+        assert receipt.threads == 1
+        assert set(receipt.remaining.values()) == {0}, receipt.remaining
+        assert await transcript_of(backend, shared_carol) is None
+        assert (await backend.storage_usage(shared_carol.key)).total == 0
+        assert await transcript_of(backend, notes) == [
+            (str(m.id), m.role, m.content) for m in to_transcript(kept.turn.messages)
+        ]
+        assert await backend.retention.user_thread_keys(tenant, carol) == {notes.key}
 
     @pytest.mark.parametrize(
         ("role", "pair", "action"),
