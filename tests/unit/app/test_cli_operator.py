@@ -317,3 +317,27 @@ def test_the_stderr_stream_follows_sys_stderr() -> None:
     finally:
         sys.stderr = original
     assert replaced.getvalue() == "x"
+
+
+def test_a_log_message_cannot_forge_a_line_of_its_own() -> None:
+    """LangGraph logs the name a stored row gave ("Blocked deserialization of %s.%s"): a name
+    holding a line break must not start a line that reads like the service's (issue 26)."""
+    import logging
+
+    from threadkeeper.app.cli import LogFormatter
+
+    planted = "evil\n2026-12-06 00:00:00,000 ERROR threadkeeper: forged\u2028x\r"
+    record = logging.LogRecord(
+        "langgraph.checkpoint.serde.jsonplus",
+        logging.WARNING,
+        __file__,
+        1,
+        "Blocked deserialization of %s.%s",
+        ("os", planted),
+        None,
+    )
+    line = LogFormatter(set()).format(record)
+    assert "\n" not in line
+    assert "\r" not in line
+    assert "\u2028" not in line
+    assert "evil\\n2026-12-06" in line

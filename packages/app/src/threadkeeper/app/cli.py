@@ -210,6 +210,22 @@ class LogFormatter(logging.Formatter):
             record = logging.makeLogRecord({**record.__dict__, "name": "uvicorn"})
         return redact(super().format(record), self.secrets)
 
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        """The message on one line: a line break or other control character in it is written
+        escaped, so text a message quotes (a library naming what a stored row named) cannot
+        start a line of its own that reads like the service's. A traceback, appended after,
+        keeps its lines."""
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character and line separator escaped (``\\n``, …)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
 
 OWN_LOGGERS = ("threadkeeper", "uvicorn", "litestar")
 
