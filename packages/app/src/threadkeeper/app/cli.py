@@ -210,7 +210,7 @@ class LogFormatter(logging.Formatter):
             record = logging.makeLogRecord({**record.__dict__, "name": "uvicorn"})
         return redact(super().format(record), self.secrets)
 
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+    def formatMessage(self, record: logging.LogRecord) -> str:
         """The message on one line: a line break or other control character in it is written
         escaped, so text a message quotes (a library naming what a stored row named) cannot
         start a line of its own that reads like the service's. A traceback, appended after,
