@@ -295,7 +295,9 @@ async def test_the_hot_lists_stay_within_the_message_cache_bound(
         await replica.turn(thread, "q1")
         await replica.turn(thread, "q2")
     assert replica.ledger._hot_messages <= 5
-    assert sum(len(m) for _, m in replica.ledger._hot.values()) == replica.ledger._hot_messages
+    assert (
+        sum(len(h.messages) for h in replica.ledger._hot.values()) == replica.ledger._hot_messages
+    )
     for thread in ("t1", "t2", "t3"):  # whatever was evicted, the threads read back whole
         assert len(await Replica(pool, []).messages(thread)) == 4
 

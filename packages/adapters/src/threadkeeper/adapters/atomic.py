@@ -11,7 +11,11 @@ ends any other way just drops its log. What the real saver answers for the threa
 once per staging (``Staging.read``): the thread is the run's until it commits.
 
 The staging is carried by a ``ContextVar``: the graph is compiled once, and LangGraph's tasks
-inherit the run task's context.
+inherit the run task's context. A context outlives its run wherever something captured it — a
+connection opened during the run (a Redis or MySQL pool's, opened on first use) keeps the
+context of its opening in its socket's reader callback for as long as it lives — so the
+staging is emptied when its round ends (``Staging.release``): no run's messages stay behind
+in a pooled connection.
 """
 
 from __future__ import annotations
@@ -68,6 +72,14 @@ class Staging:
     def owns(self, config: RunnableConfig) -> bool:
         return bool(config.get("configurable", {}).get("thread_id") == self.thread_id)
 
+    def release(self) -> None:
+        """Drop what was staged (the round is over: committed, or dropped with its run)."""
+        self.log = []
+        self.checkpoints = {}
+        self.writes = {}
+        self.read = {}
+        self.latest = None
+
 
 _current: ContextVar[Staging | None] = ContextVar("threadkeeper_staging", default=None)
 
@@ -93,6 +105,7 @@ class AtomicSaver(BaseCheckpointSaver[Any]):
             yield staging
         finally:
             _current.reset(token)
+            staging.release()
 
     async def commit(self, staging: Staging) -> RunnableConfig | None:
         """Replay the staged writes into the real saver, in order; the last checkpoint's config."""

@@ -17,6 +17,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore, PutOp
 
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
+from threadkeeper.domain import caches
 from threadkeeper.domain.locks import RunLock, ThreadLock
 from threadkeeper.domain.memory import MemoryKind, memory_namespace, user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
@@ -127,9 +128,11 @@ async def idle_memory(
 
 async def reset_memory(store: BaseStore, runs: SqlRunRecords, tenant_id: str, user_id: str) -> int:
     """Delete the user's memory, and what their run records hold of it (the memory block of
-    the stored prompts, the profile of stored escalations); the items deleted."""
+    the stored prompts, the profile of stored escalations), and what this process's caches
+    hold of the user (their prompts); the items deleted."""
     deleted = await delete_store_prefix(store, user_namespace(tenant_id, user_id))
     await runs.forget_memory(tenant_id, user_id)
+    caches.forget(user=(tenant_id, user_id))
     return deleted
 
 
@@ -206,13 +209,15 @@ class CheckpointRetention(HeldDeletion):
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
         """First revoke the claims of the user's runs (a run in flight then stores nothing,
         even on a thread nothing stored yet names), then delete every thread found — those
-        included, each once its run has let go of it."""
+        included, each once its run has let go of it (and the process caches told of it) —
+        and the rest of the user's, and tell the process caches of the user."""
         in_flight = await revoke_claims(self.fences, tenant_id, user_id)
         keys = await self.user_thread_keys(tenant_id, user_id) | in_flight
         receipt = await self.delete_threads(sorted(keys))
         _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
         items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
         await self.erase_rest(tenant_id, user_id)
+        caches.forget(threads=keys, user=(tenant_id, user_id))
         if self.fences is not None:
             await self.fences.forget_user(tenant_id, user_id)
         remaining = await self.remaining(tenant_id, user_id, sorted(keys))

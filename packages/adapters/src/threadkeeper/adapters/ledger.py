@@ -17,10 +17,15 @@ embedded profile's SQLite file, ``embedded.ledger``):
   so a cached object can never be stale, whichever replica wrote the thread meanwhile), and
   from one query for what the cache lacks (another replica's writes, a restart). The cache is
   an LRU of ``cache_messages`` message objects (20,000 by default: the messages of 50 threads
-  of 200 turns; a ~900-byte message object takes ~3 KB, so ~60 MB), plus, for the
-  ``hot_threads`` (64) most recently used threads — at most ``cache_messages`` messages in all
-  — the last list read or written: a turn that starts from it resolves and stores that prefix
-  by identity, so the time per turn does not grow with the thread.
+  of 200 turns; a ~900-byte message object takes ~3 KB, so ~60 MB) of at most ``cache_bytes``
+  (:data:`CACHE_BYTES`, 64 MiB, estimated by ``caches.message_bytes``), plus, for the
+  ``hot_threads`` (64) most recently used threads — at most ``cache_messages`` messages and
+  ``cache_bytes`` in all — the last list read or written: a turn that starts from it resolves
+  and stores that prefix by identity, so the time per turn does not grow with the thread.
+  A deleted thread's objects (every one cached, whether or not its newest checkpoint still
+  refers to it) are dropped with its rows; on another replica they are never served again
+  (a ``seq`` is never reused, and the thread's checkpoints that named them are gone) and go
+  with the bounds.
 - ``aprune(keep_latest)`` prunes the checkpoints, then deletes message rows the newest
   checkpoint no longer refers to — only for threads where this process replaced or dropped a
   message, or failed to store a checkpoint after storing its messages (append-only threads have
@@ -56,10 +61,14 @@ from langgraph.checkpoint.base import (
 from threadkeeper.adapters.ledger_codec import decode as decode_row
 from threadkeeper.adapters.ledger_codec import encode as encode_row
 from threadkeeper.adapters.serde import reading, thread_of
+from threadkeeper.domain.caches import message_bytes
 
 log = logging.getLogger(__name__)
 
 TABLE = "tk_checkpoint_messages"
+CACHE_BYTES = 64 << 20
+"""The message cache's bound in bytes, and the hot lists' (``caches.message_bytes``), unless
+a ledger is given its own."""
 REFS = "tk_message_refs"
 CHANNEL = "messages"
 
@@ -119,6 +128,28 @@ class _Thread:
 
 
 @dataclass(frozen=True, slots=True)
+class _Cached:
+    """A cached message object, the thread it was read or written in, and its bytes."""
+
+    message: BaseMessage
+    thread_id: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Hot:
+    """A thread's last list read or written: its seqs, its messages, their bytes."""
+
+    seqs: list[int]
+    messages: list[BaseMessage]
+    size: int
+
+
+def _size(messages: Sequence[BaseMessage]) -> int:
+    return sum(map(message_bytes, messages))
+
+
+@dataclass(frozen=True, slots=True)
 class StoredRefs:
     """A checkpoint about to be stored with refs (``MessageLedger.refs_in``)."""
 
@@ -151,21 +182,27 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         cache_messages: int = 20_000,
         cache_threads: int = 2_000,
         hot_threads: int = 64,
+        cache_bytes: int | None = None,
     ) -> None:
         super().__init__(serde=base.serde)
         self.base = base
         self.rows = rows
         self.whole_checkpoints = whole_checkpoints
         self.buffered_lists = buffered_lists
-        self._messages: OrderedDict[int, BaseMessage] = OrderedDict()
+        self._messages: OrderedDict[int, _Cached] = OrderedDict()
+        self._of_thread: dict[str, set[int]] = {}
+        """The seqs of ``_messages`` by thread: a deleted thread's are all dropped."""
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
-        self._hot: OrderedDict[str, tuple[list[int], list[BaseMessage]]] = OrderedDict()
+        self._hot: OrderedDict[str, _Hot] = OrderedDict()
         """The last list read or written, per recently used thread: a turn that starts from
         it resolves and stores its prefix by identity, without a per-message lookup."""
         self._max_messages = cache_messages
         self._max_threads = cache_threads
         self._max_hot = hot_threads
+        self._budget = cache_bytes
+        self._message_bytes = 0
         self._hot_messages = 0
+        self._hot_bytes = 0
 
     # -- cache ------------------------------------------------------------------------------
 
@@ -179,44 +216,88 @@ class MessageLedger(BaseCheckpointSaver[Any]):
             self._threads.move_to_end(thread_id)
         return entry
 
-    def _remember(self, seq: int, message: BaseMessage) -> None:
-        self._messages[seq] = message
-        self._messages.move_to_end(seq)
-        if len(self._messages) > self._max_messages:
-            self._messages.popitem(last=False)
+    @property
+    def max_bytes(self) -> int:
+        return CACHE_BYTES if self._budget is None else self._budget
 
-    def _set_hot(self, thread_id: str, seqs: list[int], messages: list[BaseMessage]) -> None:
-        previous = self._hot.pop(thread_id, None)
-        if previous is not None:
-            self._hot_messages -= len(previous[1])
-        self._hot[thread_id] = (seqs, messages)
-        self._hot_messages += len(messages)
-        # bounded by threads and by messages: a few very long threads must not hold more
-        # objects than the message cache itself
-        while self._hot and (
-            len(self._hot) > self._max_hot or self._hot_messages > self._max_messages
+    def _cached(self, seq: int) -> BaseMessage | None:
+        entry = self._messages.get(seq)
+        return entry.message if entry is not None else None
+
+    def _remember(self, thread_id: str, seq: int, message: BaseMessage) -> None:
+        entry = self._messages.get(seq)
+        if entry is not None and entry.message is message:
+            self._messages.move_to_end(seq)
+            return
+        if entry is not None:
+            self._uncache(seq)
+        entry = _Cached(message, thread_id, message_bytes(message))
+        self._messages[seq] = entry
+        self._of_thread.setdefault(thread_id, set()).add(seq)
+        self._message_bytes += entry.size
+        limit = self.max_bytes
+        while self._messages and (
+            len(self._messages) > self._max_messages or self._message_bytes > limit
         ):
-            _, (_, dropped) = self._hot.popitem(last=False)
-            self._hot_messages -= len(dropped)
+            self._uncache(next(iter(self._messages)))
+
+    def _uncache(self, seq: int) -> None:
+        entry = self._messages.pop(seq, None)
+        if entry is None:
+            return
+        self._message_bytes -= entry.size
+        seqs = self._of_thread.get(entry.thread_id)
+        if seqs is not None:
+            seqs.discard(seq)
+            if not seqs:
+                del self._of_thread[entry.thread_id]
+
+    def _set_hot(self, thread_id: str, hot: _Hot) -> None:
+        self._pop_hot(thread_id)
+        self._hot[thread_id] = hot
+        self._hot_messages += len(hot.messages)
+        self._hot_bytes += hot.size
+        # bounded by threads, by messages and by bytes: a few very long threads must not hold
+        # more than the message cache itself
+        limit = self.max_bytes
+        while self._hot and (
+            len(self._hot) > self._max_hot
+            or self._hot_messages > self._max_messages
+            or self._hot_bytes > limit
+        ):
+            self._pop_hot(next(iter(self._hot)))
+
+    def _pop_hot(self, thread_id: str) -> None:
+        hot = self._hot.pop(thread_id, None)
+        if hot is not None:
+            self._hot_messages -= len(hot.messages)
+            self._hot_bytes -= hot.size
+
+    @property
+    def cached_bytes(self) -> int:
+        """The bytes of the cached messages and of the hot lists (``caches.message_bytes``;
+        a message in both counted twice)."""
+        return self._message_bytes + self._hot_bytes
 
     def forget(self) -> None:
         """Drop the in-process cache (tests and benchmarks: what a fresh replica sees)."""
         self._messages.clear()
+        self._of_thread.clear()
         self._threads.clear()
         self._hot.clear()
-        self._hot_messages = 0
+        self._message_bytes = self._hot_messages = self._hot_bytes = 0
 
     # -- refs -> messages -------------------------------------------------------------------
 
     async def _resolve(self, thread_id: str, seqs: list[int]) -> list[BaseMessage]:
         hot = self._hot.get(thread_id)
-        if hot is not None and hot[0] == seqs:  # what this process last read or wrote
+        if hot is not None and hot.seqs == seqs:  # what this process last read or wrote
             self._hot.move_to_end(thread_id)
-            return list(hot[1])
+            return list(hot.messages)
         found: dict[int, BaseMessage] = {}
         missing: list[int] = []
         for seq in seqs:
-            message = self._messages.get(seq)
+            message = self._cached(seq)
             if message is None:
                 missing.append(seq)
             else:
@@ -232,11 +313,11 @@ class MessageLedger(BaseCheckpointSaver[Any]):
                 )
         messages = [found[seq] for seq in seqs]
         for seq in seqs:
-            self._remember(seq, found[seq])
+            self._remember(thread_id, seq, found[seq])
         entry = self._thread(thread_id)
         entry.head = {m.id: seq for seq, m in zip(seqs, messages, strict=True) if m.id is not None}
         entry.built_from = len(messages)
-        self._set_hot(thread_id, list(seqs), list(messages))
+        self._set_hot(thread_id, _Hot(list(seqs), list(messages), _size(messages)))
         return messages
 
     async def _loaded(self, item: CheckpointTuple | None) -> CheckpointTuple | None:
@@ -255,9 +336,9 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         """How many leading messages are those of the hot list (0 without one): the same
         objects (or equal ones), so the same rows."""
         hot = self._hot.get(thread_id)
-        if hot is None or not hot[1] or len(messages) < len(hot[1]):
+        if hot is None or not hot.messages or len(messages) < len(hot.messages):
             return 0
-        known = hot[1]
+        known = hot.messages
         # a list comparison: identity first, in C, then equality for what is not identical
         return len(known) if list(messages[: len(known)]) == known else 0
 
@@ -272,12 +353,13 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         entry = self._thread(thread_id)
         seqs: list[int | None] = []
         new: list[tuple[int, BaseMessage]] = []  # (position, message)
-        if prefix:
-            seqs.extend(self._hot[thread_id][0])  # the same objects as last time: the same rows
+        hot = self._hot[thread_id] if prefix else None
+        if hot is not None:
+            seqs.extend(hot.seqs)  # the same objects as last time: the same rows
         for position in range(prefix, len(messages)):
             message = messages[position]
             known = entry.head.get(message.id) if message.id is not None else None
-            cached = self._messages.get(known) if known is not None else None
+            cached = self._cached(known) if known is not None else None
             if (
                 known is not None
                 and cached is not None
@@ -300,10 +382,13 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         replaced = not extends and not set(entry.head.values()).issubset(final)
         tail = list(zip(final[prefix:], messages[prefix:], strict=True))
 
+        # the hot list's bytes and the new messages': no pass over the whole list per turn
+        size = hot.size + _size(messages[prefix:]) if hot is not None else _size(messages)
+
         def apply() -> None:
             for seq, message in added:
                 assert seq is not None
-                self._remember(seq, message)
+                self._remember(thread_id, seq, message)
             entry = self._thread(thread_id)
             if extends and entry.built_from == prefix:
                 entry.head.update((m.id, seq) for seq, m in tail if m.id is not None)
@@ -314,7 +399,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
                     m.id: seq for seq, m in zip(final, messages, strict=True) if m.id is not None
                 }
             entry.built_from = len(messages)
-            self._set_hot(thread_id, final, list(messages))
+            self._set_hot(thread_id, _Hot(final, list(messages), size))
 
         return final, apply, replaced
 
@@ -360,9 +445,7 @@ class MessageLedger(BaseCheckpointSaver[Any]):
     def discard(self, thread_id: str) -> None:
         """After a rolled-back round: forget what this process knew of the thread (its next
         read fetches the committed state)."""
-        hot = self._hot.pop(thread_id, None)
-        if hot is not None:
-            self._hot_messages -= len(hot[1])
+        self._pop_hot(thread_id)
         self._threads.pop(thread_id, None)
 
     # -- BaseCheckpointSaver ----------------------------------------------------------------
@@ -435,14 +518,13 @@ class MessageLedger(BaseCheckpointSaver[Any]):
         self._drop(str(thread_id))
 
     def _drop(self, thread_id: str) -> None:
-        """Forget a deleted thread, and its message objects."""
-        hot = self._hot.pop(thread_id, None)
-        if hot is not None:
-            self._hot_messages -= len(hot[1])
-        entry = self._threads.pop(thread_id, None)
-        if entry is not None:
-            for seq in entry.head.values():
-                self._messages.pop(seq, None)
+        """Forget a deleted thread, and every message object of it this process caches —
+        those its newest checkpoint no longer refers to, and those of a thread whose entry was
+        evicted, too."""
+        self._pop_hot(thread_id)
+        self._threads.pop(thread_id, None)
+        for seq in list(self._of_thread.get(thread_id, ())):
+            self._uncache(seq)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self.base.aprune(thread_ids, strategy=strategy)

@@ -13,7 +13,9 @@ bytes it was decoded from.
 
 Exact by construction: equal bytes decode to equal messages. Only LangChain messages are kept;
 every other value is decoded as before. The memo is bounded by the bytes it keys on and emptied
-when full.
+when full, and emptied on every thread deletion, erasure and memory reset of this process
+(``domain.caches.forget``): its entries are keyed by bytes, which say nothing of whose message
+they hold.
 
 Stored bytes never run code. LangGraph's serializer, left at its default, imports and calls
 whatever ``(module, name)`` a msgpack extension value names (CVE-2026-28277): one edited
@@ -45,6 +47,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from threadkeeper.domain import caches
 from threadkeeper.domain.errors import StoredDataRefused
 from threadkeeper.domain.threads import log_name
 
@@ -241,6 +244,7 @@ class MessageMemo:
         self.hits = 0
         self.misses = 0
         self.reused = 0
+        caches.register(self)
 
     def __call__(self, code: int, data: bytes) -> Any:
         if self.decode is None:
@@ -273,12 +277,22 @@ class MessageMemo:
                 self._bytes_of.pop(id(known[0]), None)
                 self._size -= len(data)
             if self._size + len(data) > self._budget:
-                self._memo.clear()
-                self._bytes_of.clear()
-                self._size = 0
+                self._clear()
             self._memo[data] = (value, dict(value.__dict__))
             self._bytes_of[id(value)] = data
             self._size += len(data)
+
+    def _clear(self) -> None:
+        self._memo = {}
+        self._bytes_of = {}
+        self._size = 0
+
+    def forget(self, threads: frozenset[str], user: tuple[str, str] | None) -> None:
+        """A thread was deleted or a user erased (``caches.forget``): everything goes — an
+        entry's bytes do not say whose message they hold. What the process reads next is
+        decoded afresh, once."""
+        with self._lock:
+            self._clear()
 
     def encoded(self, value: BaseMessage) -> bytes | None:
         """The bytes ``value`` was decoded from, if the memo handed it out and every field still

@@ -48,6 +48,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from threadkeeper.domain import caches
+from threadkeeper.domain.caches import text_bytes
 from threadkeeper.domain.compact import Segment, decode_text, delta_size, encode_text, text_digest
 from threadkeeper.domain.errors import ClaimLost
 from threadkeeper.domain.locks import USER_BEING_ERASED, RunFences, new_token
@@ -270,19 +272,61 @@ _stored = msgspec.json.Decoder(StoredRecord)
 MAX_DEPTH = 32
 """A text stored as a delta has at most this many deltas below it down to a whole text."""
 
-_recent_texts: OrderedDict[tuple[str, str, str], tuple[str, str]] = OrderedDict()
-"""(thread key, user, kind) → (digest, text) of the newest text written of that kind: the
-base the next version is encoded against. Only a hint — a base is used only if its row is
-in the database the transaction writes (same digest, same text); so replicas and restarts
-just start from a whole text."""
-_RECENT_TEXTS = 512
+RECENT_TEXTS = 512
+RECENT_TEXT_BYTES = 8 << 20
+"""The recent texts kept: 512, of at most 8 MiB (``caches.text_bytes``) in all."""
 
 
-def _remember(key: tuple[str, str, str], digest: str, text: str) -> None:
-    _recent_texts[key] = (digest, text)
-    _recent_texts.move_to_end(key)
-    while len(_recent_texts) > _RECENT_TEXTS:
-        _recent_texts.popitem(last=False)
+class RecentTexts:
+    """(thread key, user, kind) → (digest, text) of the newest text written of that kind: the
+    base the next version is encoded against. Only a hint — a base is used only if its row is
+    in the database the transaction writes (same digest, same text); so replicas and restarts
+    just start from a whole text.
+
+    The texts are the thread's rolling summary (the user's words) and prompts (their memory):
+    least recently written first out past ``RECENT_TEXTS`` entries or ``RECENT_TEXT_BYTES``,
+    and a deleted thread's, an erased user's (or one whose memory was reset) dropped at once
+    (``caches.forget``). On another replica they are never used again — the rows they name
+    were deleted with the thread — and go with the bound."""
+
+    def __init__(self) -> None:
+        self._texts: OrderedDict[tuple[str, str, str], tuple[str, str]] = OrderedDict()
+        self._bytes = 0
+        caches.register(self)
+
+    def get(self, key: tuple[str, str, str]) -> tuple[str, str] | None:
+        return self._texts.get(key)
+
+    def remember(self, key: tuple[str, str, str], digest: str, text: str) -> None:
+        self._pop(key)
+        size = text_bytes(text)
+        if size > RECENT_TEXT_BYTES:
+            return  # the next version is stored whole
+        self._texts[key] = (digest, text)
+        self._bytes += size
+        while len(self._texts) > RECENT_TEXTS or self._bytes > RECENT_TEXT_BYTES:
+            self._pop(next(iter(self._texts)))
+
+    def _pop(self, key: tuple[str, str, str]) -> None:
+        known = self._texts.pop(key, None)
+        if known is not None:
+            self._bytes -= text_bytes(known[1])
+
+    def forget(self, threads: frozenset[str], user: tuple[str, str] | None) -> None:
+        """Drop the threads' texts, and the user's (by user id: in any tenant)."""
+        user_id = user[1] if user is not None else None
+        for key in [k for k in self._texts if k[0] in threads or k[1] == user_id]:
+            self._pop(key)
+
+    @property
+    def size(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+
+_recent_texts = RecentTexts()
 
 
 async def put_texts(
@@ -337,7 +381,7 @@ async def put_texts(
         await conn.execute(_INSERT_TEXTS, rows)
     for kind, hint in hints.items():
         if hint is not None:
-            _remember((record.thread_key, record.user_id, kind), *hint)
+            _recent_texts.remember((record.thread_key, record.user_id, kind), *hint)
     return digests
 
 

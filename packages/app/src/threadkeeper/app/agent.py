@@ -95,6 +95,14 @@ class RunTrace:
     model_call: Any = None
     """The model call in progress (``telemetry.ModelCallTiming``), for its time to first chunk."""
 
+    def release(self) -> None:
+        """Drop what the run was shown, once it is over: a context outlives its run wherever
+        something captured it (a connection opened during the run keeps the context of its
+        opening), and the trace must not keep the run's messages there."""
+        self.retrieved, self.memory, self.system_prompts = [], [], []
+        self.windows, self.tools, self.events = [], [], {}
+        self.model_call = None
+
 
 current_trace: ContextVar[RunTrace | None] = ContextVar("threadkeeper_trace", default=None)
 

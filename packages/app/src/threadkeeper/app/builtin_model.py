@@ -134,8 +134,7 @@ def _stem(word: str) -> str:
     return word
 
 
-@functools.lru_cache(maxsize=8192)  # the knowledge base's sentences recur in every prompt
-def _terms(text: str) -> frozenset[str]:
+def _content_terms(text: str) -> frozenset[str]:
     """Content terms of ``text``: CJK runs as character bigrams (bigrams with a function
     character, function words and words of asking dropped), everything else as folded,
     lightly stemmed words minus English/Persian stop words and words of asking."""
@@ -155,6 +154,11 @@ def _terms(text: str) -> frozenset[str]:
             elif part not in _STOPWORDS:
                 terms.add(_stem(part))
     return frozenset(terms)
+
+
+_terms: Final = functools.lru_cache(maxsize=8192)(_content_terms)
+"""``_content_terms`` of knowledge-base text (its sentences recur in every prompt); a user's
+question is read uncached (``_Conversation.terms``): no cache keeps a user's words."""
 
 
 _SENTENCE_BREAK: Final = re.compile(r"(?<=[.!?؟])\s+|(?<=[。！？；])")
@@ -268,6 +272,8 @@ class _ToolResult:
 @dataclass(frozen=True, slots=True)
 class _Conversation:
     question: str
+    terms: frozenset[str]
+    """The question's content terms (``_content_terms``, uncached: the user's words)."""
     language: Language
     chunks: list[DocumentChunk]
     tool_results: list[_ToolResult]
@@ -300,6 +306,7 @@ def _read(messages: Sequence[BaseMessage]) -> _Conversation:
 
     return _Conversation(
         question=question,
+        terms=_content_terms(question),
         language=detect_language(question),
         chunks=parse_documents(system),
         tool_results=tool_results,
@@ -465,7 +472,7 @@ def _candidates(
 
 
 def _answer_from_chunks(conv: _Conversation) -> _Reply | None:
-    question = _terms(conv.question)
+    question = conv.terms
     sources = [c.text for c in conv.chunks]
     docs = [c.doc_id for c in conv.chunks]
     relevant = [c for c in _candidates(sources, question, conv.language, docs) if c.score > 0]
@@ -479,7 +486,7 @@ def _answer_from_chunks(conv: _Conversation) -> _Reply | None:
 
 
 def _answer_from_tool(conv: _Conversation) -> _Reply | None:
-    question = _terms(conv.question)
+    question = conv.terms
     docs = [r.doc_id or f"tool-result-{i}" for i, r in enumerate(conv.tool_results)]
     candidates = _candidates([r.text for r in conv.tool_results], question, conv.language, docs)
     relevant = [c for c in candidates if c.score > 0]
@@ -540,7 +547,7 @@ def _tool_call_id(messages: Sequence[BaseMessage], doc_id: str) -> str:
 
 def _top_doc_id(conv: _Conversation) -> str:
     """The document the question is most about (:func:`_doc_scores`; ties: retrieval order)."""
-    question = _terms(conv.question)
+    question = conv.terms
     scores = _doc_scores(question, [(c.doc_id, c.title, c.text) for c in conv.chunks])
     order = list(dict.fromkeys(c.doc_id for c in conv.chunks))
     return max(order, key=lambda doc_id: (scores[doc_id], -order.index(doc_id)))

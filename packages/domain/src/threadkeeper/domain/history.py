@@ -17,6 +17,8 @@ from typing import Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from threadkeeper.domain import caches
+from threadkeeper.domain.caches import messages_bytes
 from threadkeeper.domain.errors import ContextOverflow, MessageTooLarge
 from threadkeeper.domain.tokens import (
     MESSAGE_FRAMING,
@@ -234,6 +236,9 @@ class TurnWindowPolicy:
 _INDEXED_THREADS = 256
 """Histories a :class:`TurnIndexes` keeps an index of (one per thread in flight, and then
 some); when full it is emptied, as the other per-message memos are."""
+INDEXED_BYTES = 64 << 20
+"""... or when the messages its indexes hold take more bytes than this (``caches.
+message_bytes``: 64 MiB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +267,8 @@ class TurnIndex:
     whole: dict[int, tuple[int, ...]]
     """The turns that are not a plain slice of the history (orphans left out), by position:
     the indexes of the messages they keep."""
+    size: int = 0
+    """The bytes of ``messages`` (``caches.message_bytes``)."""
 
     @property
     def end(self) -> int:
@@ -316,13 +323,17 @@ class TurnIndexes:
     them, still have the content they were indexed with (``TurnIndex.unchanged_from``: a
     message given new content in place) and has the history indexed afresh otherwise — the
     turns before those do not change which turns fit. Indexes are replaced, never changed in
-    place, so a reader never sees one half extended.
+    place, so a reader never sees one half extended. Emptied when full (``_INDEXED_THREADS``
+    histories, or their messages over :data:`INDEXED_BYTES`) and on every deletion
+    (``caches.forget``: an index says nothing of its thread).
     """
 
-    __slots__ = ("_known",)
+    __slots__ = ("__weakref__", "_bytes", "_known")
 
     def __init__(self) -> None:
         self._known: dict[int, TurnIndex] = {}
+        self._bytes = 0
+        caches.register(self)
 
     def of(
         self, history: Sequence[BaseMessage], newest: int, count: Callable[[BaseMessage], int]
@@ -346,10 +357,21 @@ class TurnIndexes:
         return self._keep(id(history[0]), _extend(None, history, newest, count))
 
     def _keep(self, key: int, index: TurnIndex) -> TurnIndex:
-        if len(self._known) >= _INDEXED_THREADS:
-            self._known.clear()
+        replaced = self._known.get(key)
+        held = self._bytes - (replaced.size if replaced is not None else 0)
+        if len(self._known) >= _INDEXED_THREADS or held + index.size > INDEXED_BYTES:
+            self._known, held = {}, 0
         self._known[key] = index
+        self._bytes = held + index.size
         return index
+
+    def forget(self, threads: frozenset[str], user: tuple[str, str] | None) -> None:
+        self._known, self._bytes = {}, 0
+
+    @property
+    def size(self) -> int:
+        """The bytes of the messages the indexes hold (``caches.message_bytes``)."""
+        return self._bytes
 
     @staticmethod
     def _valid(index: TurnIndex, history: Sequence[BaseMessage], newest: int) -> bool:
@@ -395,10 +417,15 @@ def _extend(
     part = tuple(history[: newest + 1])
     if known is None:
         contents, calls = content_snapshot(part)
+        size = messages_bytes(part)
     else:  # the indexed part's (checked where a window uses it) and the new messages'
-        new_contents, new_calls = content_snapshot(part[len(known.messages) :])
+        new = part[len(known.messages) :]
+        new_contents, new_calls = content_snapshot(new)
         contents, calls = known.contents + new_contents, known.calls + new_calls
-    return TurnIndex(part, contents, calls, tuple(begins), tuple(prefix), tuple(omitted), whole)
+        size = known.size + messages_bytes(new)
+    return TurnIndex(
+        part, contents, calls, tuple(begins), tuple(prefix), tuple(omitted), whole, size
+    )
 
 
 def _whole_turn(

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import msgspec
 
+from threadkeeper.domain import caches
 from threadkeeper.domain.errors import InvalidDuration
 from threadkeeper.domain.locks import RunLock, ThreadLock, hold_when_free
 
@@ -102,7 +103,8 @@ class HeldDeletion(Retention):
     (``hold_when_free``: a run in flight commits first, a new one is refused), so a run can
     never write a deleted thread back; with ``idle_before`` (retention) the thread is
     deleted only if ``is_idle`` still says so once it is held. Subclasses say how a thread's
-    activity is read (``is_idle``) and what deleting one removes (``_delete_held``).
+    activity is read (``is_idle``) and what deleting one removes (``_delete_held``). Once it
+    is deleted, still held, the process caches drop what they hold of it (``caches.forget``).
     """
 
     lock: RunLock | ThreadLock | None = None
@@ -129,7 +131,9 @@ class HeldDeletion(Retention):
     ) -> ErasureReceipt:
         if idle_before is not None and not await self.is_idle(thread_key, idle_before):
             return ErasureReceipt()  # a run added a round since the thread was listed
-        return await self._delete_held(thread_key)
+        receipt = await self._delete_held(thread_key)
+        caches.forget(threads=[thread_key])
+        return receipt
 
     async def delete_threads(
         self, thread_keys: Sequence[str], *, idle_before: datetime | None = None

@@ -27,6 +27,9 @@ from typing import Any, Generic, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from threadkeeper.domain import caches
+from threadkeeper.domain.caches import message_bytes, messages_bytes, text_bytes
+
 V = TypeVar("V")
 
 #: Tokens every message costs beyond its text (role and separators in the chat format).
@@ -39,8 +42,12 @@ REPLY_PRIMING = 3
 _CACHE_LIMIT = 200_000
 _IDENTITY_LIMIT = 65_536
 """Messages an :class:`IdentityMemo` holds before it is emptied."""
+IDENTITY_BYTES = 64 << 20
+"""... or messages of this many bytes (``caches.message_bytes``: 64 MiB)."""
 _SYSTEM_CACHE_LIMIT = 256
 """System texts kept (a prompt is a few KiB; a full cache is cleared, as the message cache)."""
+SYSTEM_CACHE_BYTES = 4 << 20
+"""... or texts of this many bytes (a summary or prompt can be long: 4 MiB)."""
 
 
 def message_text(message: BaseMessage) -> str:
@@ -78,14 +85,19 @@ class IdentityMemo(Generic[V]):
     message given new content (``model_copy``, an assignment) is computed afresh. A list of
     content blocks changed in place is not noticed: messages are values here, as the checkpoint
     serializer's memo already assumes. Messages are held, so an id is not reused while its
-    entry lives; the memo is emptied when full.
+    entry lives; the memo is emptied when full — ``limit`` messages, or messages of
+    ``budget`` bytes (:data:`IDENTITY_BYTES` by default) — and on every deletion
+    (``caches.forget``: a message says nothing of its thread).
     """
 
-    __slots__ = ("_known", "_limit")
+    __slots__ = ("__weakref__", "_budget", "_bytes", "_known", "_limit")
 
-    def __init__(self, limit: int = _IDENTITY_LIMIT) -> None:
-        self._known: dict[int, tuple[BaseMessage, object, object, object, V]] = {}
+    def __init__(self, limit: int = _IDENTITY_LIMIT, budget: int | None = None) -> None:
+        self._known: dict[int, tuple[BaseMessage, object, object, object, V, int]] = {}
         self._limit = limit
+        self._budget = budget
+        self._bytes = 0
+        caches.register(self)
 
     def get(self, message: BaseMessage) -> V | None:
         known = self._known.get(id(message))
@@ -101,17 +113,36 @@ class IdentityMemo(Generic[V]):
         return None
 
     def put(self, message: BaseMessage, value: V) -> V:
-        if len(self._known) >= self._limit:
-            self._known.clear()
+        size = message_bytes(message)
+        budget = IDENTITY_BYTES if self._budget is None else self._budget
+        if len(self._known) >= self._limit or self._bytes + size > budget:
+            self.clear()
         fields = message.__dict__
+        replaced = self._known.get(id(message))
+        if replaced is not None:
+            self._bytes -= replaced[5]
         self._known[id(message)] = (
             message,
             fields.get("content"),
             fields.get("tool_calls"),
             fields.get("invalid_tool_calls"),
             value,
+            size,
         )
+        self._bytes += size
         return value
+
+    def clear(self) -> None:
+        self._known = {}
+        self._bytes = 0
+
+    def forget(self, threads: frozenset[str], user: tuple[str, str] | None) -> None:
+        self.clear()
+
+    @property
+    def size(self) -> int:
+        """The bytes of the messages held (``caches.message_bytes``)."""
+        return self._bytes
 
     def __len__(self) -> int:
         return len(self._known)
@@ -139,6 +170,8 @@ def content_snapshot(messages: Sequence[BaseMessage]) -> Snapshot:
 
 _SLICE_LIMIT = 65_536
 """Messages a :class:`SliceSums` places before it is emptied."""
+SLICE_BYTES = 64 << 20
+"""... or messages of this many bytes (``caches.message_bytes``: 64 MiB)."""
 
 
 class SliceSums:
@@ -150,16 +183,28 @@ class SliceSums:
     kept as append-only lists with the prefix sums of ``value``; a query that starts at a
     known message and equals the run from there — the same objects or equal messages, with
     the same content and tool calls (:func:`content_snapshot`) — is answered from the sums, and
-    messages after the run's end extend it. Anything else starts a new run."""
+    messages after the run's end extend it. Anything else starts a new run. Emptied when it
+    would place more than ``_SLICE_LIMIT`` messages or messages of more than ``budget`` bytes
+    (:data:`SLICE_BYTES` by default), and on every deletion (``caches.forget``)."""
 
-    __slots__ = ("_lock", "_value", "_where", "_width")
+    __slots__ = ("__weakref__", "_budget", "_bytes", "_lock", "_value", "_where", "_width")
 
-    def __init__(self, value: Callable[[BaseMessage], tuple[int, ...]], width: int) -> None:
+    def __init__(
+        self,
+        value: Callable[[BaseMessage], tuple[int, ...]],
+        width: int,
+        budget: int | None = None,
+    ) -> None:
         self._value = value
         self._width = width
         self._where: dict[int, tuple[_Run, int]] = {}
         """``id(message)`` → the run it was placed in and its position there."""
         self._lock = threading.Lock()
+        self._budget = budget
+        self._bytes = 0
+        """The bytes of the messages placed since it was last emptied (each run holds those
+        placed in it; a run is extended only while it is in ``_where``)."""
+        caches.register(self)
 
     def total(self, messages: Sequence[BaseMessage]) -> tuple[int, ...]:
         """The sum of ``value`` over ``messages``, element-wise."""
@@ -178,22 +223,43 @@ class SliceSums:
                 if seen == len(messages):
                     return run.between(at, at + seen)
                 if at + seen == len(run.messages):  # the run's end: extend it
+                    tail = messages[seen:]
+                    size = messages_bytes(tail)
                     with self._lock:
-                        if len(run.messages) == at + seen:
-                            self._place(run, messages[seen:])
+                        if len(run.messages) == at + seen and self._fits(len(tail), size):
+                            self._place(run, tail, size)
                             return run.between(at, at + len(messages))
         run = _Run(self._width)
+        size = messages_bytes(messages)
         with self._lock:
-            self._place(run, messages)
+            if not self._fits(len(messages), size):
+                self._clear()
+            self._place(run, messages, size)
         return run.between(0, len(messages))
 
-    def _place(self, run: _Run, messages: Sequence[BaseMessage]) -> None:
-        if len(self._where) + len(messages) > _SLICE_LIMIT:
-            self._where.clear()
+    def _fits(self, count: int, size: int) -> bool:
+        budget = SLICE_BYTES if self._budget is None else self._budget
+        return len(self._where) + count <= _SLICE_LIMIT and self._bytes + size <= budget
+
+    def _clear(self) -> None:
+        self._where = {}
+        self._bytes = 0
+
+    def _place(self, run: _Run, messages: Sequence[BaseMessage], size: int) -> None:
         start = len(run.messages)
         run.extend(messages, map(self._value, messages), content_snapshot(messages))
         for position, message in enumerate(messages, start):
             self._where[id(message)] = (run, position)
+        self._bytes += size
+
+    def forget(self, threads: frozenset[str], user: tuple[str, str] | None) -> None:
+        with self._lock:
+            self._clear()
+
+    @property
+    def size(self) -> int:
+        """The bytes of the messages placed (``caches.message_bytes``)."""
+        return self._bytes
 
 
 class _Run:
@@ -234,13 +300,22 @@ class TokenCounter(ABC):
     name: str
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, int, tuple[str, ...]], int] = {}
-        """(id, hash of the text, fingerprint of the tool calls) → tokens."""
+        self._cache: dict[tuple[str, int, int], int] = {}
+        """(id, hash of the text, hash of the tool calls' fingerprint) → tokens: no text."""
         self._system_cache: dict[str, int] = {}
         """System prompt or summary text → tokens (keyed by the text itself: exact)."""
+        self._system_bytes = 0
         self._objects: IdentityMemo[int] = IdentityMemo()
         """The same message object with the same content → tokens (no pass over the text)."""
         self._lock = threading.Lock()
+        caches.register(self)
+
+    def forget(self, threads: frozenset[str], user: tuple[str, str] | None) -> None:
+        """A deletion (``caches.forget``): the system texts go (a summary or a prompt with
+        the user's memory says nothing of whose it is); ``_objects`` is told itself."""
+        with self._lock:
+            self._system_cache = {}
+            self._system_bytes = 0
 
     @abstractmethod
     def count_text(self, text: str) -> int:
@@ -249,7 +324,8 @@ class TokenCounter(ABC):
     def count(self, message: BaseMessage) -> int:
         """Tokens of one message: framing, text and tool calls.
 
-        Cached by ``message.id`` with the hash of its text and the text of its tool calls: the
+        Cached by ``message.id`` with the hash of its text and of the text of its tool calls
+        (hashes: the key holds no text, so a deletion need not clear it): the
         same id with other content is counted again. ``str`` caches its hash, so a hit costs
         no pass over a text the process has hashed before. The same message object, its content
         and tool calls unchanged, is answered without even that (:class:`IdentityMemo`).
@@ -265,7 +341,7 @@ class TokenCounter(ABC):
             calls = tuple(f"{c['name']}{c['args']!r}" for c in message.tool_calls) + tuple(
                 f"~{c.get('name') or ''}{c.get('args') or ''}" for c in message.invalid_tool_calls
             )
-        key = (message.id, hash(text), calls) if message.id is not None else None
+        key = (message.id, hash(text), hash(calls)) if message.id is not None else None
         if key is not None:
             cached = self._cache.get(key)
             if cached is not None:
@@ -291,7 +367,8 @@ class TokenCounter(ABC):
         """Tokens of a system prompt or summary sent as one system message.
 
         Cached by the text: a thread's summary and a prompt over the same retrieved documents
-        and memory are counted again on every model call otherwise.
+        and memory are counted again on every model call otherwise. Emptied when full
+        (``_SYSTEM_CACHE_LIMIT`` texts or :data:`SYSTEM_CACHE_BYTES`) and on every deletion.
         """
         if not text:
             return 0
@@ -299,9 +376,16 @@ class TokenCounter(ABC):
         if cached is not None:
             return cached
         tokens = MESSAGE_FRAMING + self.count_text(text)
+        size = text_bytes(text)
         with self._lock:
-            if len(self._system_cache) >= _SYSTEM_CACHE_LIMIT:
-                self._system_cache.clear()
+            if (
+                len(self._system_cache) >= _SYSTEM_CACHE_LIMIT
+                or self._system_bytes + size > SYSTEM_CACHE_BYTES
+            ):
+                self._system_cache = {}
+                self._system_bytes = 0
+            if text not in self._system_cache:
+                self._system_bytes += size
             self._system_cache[text] = tokens
         return tokens
 

@@ -153,7 +153,9 @@ class _TenantIndex:
         if self._bm25 is None or k <= 0:
             return []
         vocab = self._bm25.vocab
-        token_ids = list(dict.fromkeys(vocab[t] for t in tokenize(query) if t in vocab))
+        # the query is the user's text: tokenized without filling the tokenizer's caches
+        tokens = tokenize(query, remember=False)
+        token_ids = list(dict.fromkeys(vocab[t] for t in tokens if t in vocab))
         if not token_ids:
             return []
         scores = self._bm25.scores(token_ids)

@@ -111,8 +111,7 @@ def _stem_fa(word: str) -> str:
     return word
 
 
-@lru_cache(maxsize=1 << 16)
-def _cjk_tokens(run: str) -> tuple[str, ...]:
+def _cjk_bigrams(run: str) -> tuple[str, ...]:
     out: list[str] = []
     for part in _ZH_SPLIT.split(run):
         if len(part) == 1:
@@ -122,8 +121,7 @@ def _cjk_tokens(run: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=1 << 16)
-def _word_token(word: str) -> str | None:
+def _word(word: str) -> str | None:
     if word.isdigit():
         return word
     if len(word) < 2:
@@ -135,12 +133,21 @@ def _word_token(word: str) -> str | None:
     return word
 
 
-def tokenize(text: str) -> list[str]:
-    """The tokens of ``text`` in order (with repeats), as described in the module docstring."""
+_cjk_tokens = lru_cache(maxsize=1 << 16)(_cjk_bigrams)
+_word_token = lru_cache(maxsize=1 << 16)(_word)
+"""The knowledge base's runs and words, each read once (its chunks are tokenized when a
+tenant's index is built); a query's are not kept (``tokenize(remember=False)``): they are a
+user's words."""
+
+
+def tokenize(text: str, *, remember: bool = True) -> list[str]:
+    """The tokens of ``text`` in order (with repeats), as described in the module docstring.
+    ``remember=False`` (a query: the user's text): nothing of ``text`` is cached."""
+    cjk, words = (_cjk_tokens, _word_token) if remember else (_cjk_bigrams, _word)
     out: list[str] = []
     for run, word in _TOKEN.findall(normalize(text)):
         if run:
-            out.extend(_cjk_tokens(run))
-        elif (token := _word_token(word)) is not None:
+            out.extend(cjk(run))
+        elif (token := words(word)) is not None:
             out.append(token)
     return out

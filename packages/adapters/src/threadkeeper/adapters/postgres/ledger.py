@@ -110,6 +110,7 @@ class PostgresLedger(MessageLedger):
         cache_messages: int = 20_000,
         cache_threads: int = 2_000,
         hot_threads: int = 64,
+        cache_bytes: int | None = None,
     ) -> None:
         super().__init__(
             base,
@@ -117,5 +118,6 @@ class PostgresLedger(MessageLedger):
             cache_messages=cache_messages,
             cache_threads=cache_threads,
             hot_threads=hot_threads,
+            cache_bytes=cache_bytes,
         )
         self.pool = pool

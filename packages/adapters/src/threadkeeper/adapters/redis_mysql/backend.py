@@ -61,6 +61,7 @@ from threadkeeper.adapters.timeouts import answer_within
 from threadkeeper.adapters.transcripts import ArchiveTranscript
 from threadkeeper.adapters.weigh import TableWeight, ThreadWeigher
 from threadkeeper.adapters.written import add, counting, value_bytes, watch_engine
+from threadkeeper.domain import caches
 from threadkeeper.domain.errors import AtCapacity
 from threadkeeper.domain.locks import ClaimedLock, RunLock, ThreadLock
 from threadkeeper.domain.memory import user_namespace
@@ -380,12 +381,14 @@ class ArchiveRetention(HeldDeletion):
 
     async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
         """Revoke the user's claims first (a run in flight then stores nothing), then delete
-        every thread found, those included."""
+        every thread found, those included (the process caches told of each), the rest of the
+        user's, and tell the process caches of the user."""
         keys = await revoke_claims(self.fences, tenant_id, user_id)
         keys.update(await self.user_thread_keys(tenant_id, user_id))
         receipt = await self.delete_threads(sorted(keys))
         _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
         items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
+        caches.forget(threads=keys, user=(tenant_id, user_id))
         if self.fences is not None:
             await self.fences.forget_user(tenant_id, user_id)
         remaining = await self.remaining(tenant_id, user_id, sorted(keys))

@@ -301,6 +301,7 @@ class RunExecutor:
                 run.succeed(outcome)
                 self._weigh_later(ref.key)
             run.close()
+            trace.release()  # a connection opened during the run keeps this context
 
     def _weigh_later(self, thread_key: str) -> None:
         """``threadkeeper.thread.bytes``: after a stored round — at most one per
