@@ -11,8 +11,10 @@ gap between chunks of a stream). So every model call runs through, outermost fir
   ``on_failure="error"`` — its default, ``"continue"``, would answer with the error text and
   store it as the answer;
 - ``ModelCallDeadline`` (``THREADKEEPER_MODEL_TIMEOUT_SECONDS``): one call, its whole stream
-  included. A failed attempt is announced on the stream (``custom`` ``{"stage": "model",
-  "status": "retry"}``): the deltas streamed so far belong to an answer that will not be kept.
+  included. An attempt that follows a failed one (a retry, or the fallback) is announced on
+  the stream as it starts (``custom`` ``{"stage": "model", "status": "retry"}``): the deltas
+  streamed so far belong to an answer that will not be kept. The last failed attempt is not
+  announced: no attempt follows it, and the run ends with its error.
 
 The provider client's own retries are off (``max_retries=0``): retrying is done once, here.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from langchain.agents.middleware import (
@@ -63,6 +66,11 @@ class ModelCallDeadline(AgentMiddleware[Any, Any]):
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Handler
     ) -> ModelResponse[Any]:
+        attempts = _ATTEMPTS.get()
+        if attempts is not None:
+            if attempts.failed is not None:  # another attempt after a failed one: say so
+                _announce_retry(attempts.failed)
+            attempts.failed = None
         try:
             async with asyncio.timeout(self.seconds):
                 return await handler(request)
@@ -72,16 +80,33 @@ class ModelCallDeadline(AgentMiddleware[Any, Any]):
             if isinstance(exc, TimeoutError):
                 exc = ModelTimeout(f"the model call took longer than {self.seconds:g} s")
             log.warning("a model call failed: %s", type(exc).__name__)
-            _announce_failure(exc)
+            if attempts is not None:
+                attempts.failed = type(exc).__name__
             raise exc from None
 
 
-def _announce_failure(exc: BaseException) -> None:
+class _Attempts:
+    """One model call's attempts (its retries and fallback): the last one's failure, until
+    the next attempt starts."""
+
+    __slots__ = ("failed",)
+
+    def __init__(self) -> None:
+        self.failed: str | None = None
+
+
+_ATTEMPTS: ContextVar[_Attempts | None] = ContextVar("threadkeeper_model_attempts", default=None)
+"""Set by ``ModelFailureBoundary`` around one model call: the retry is announced when the
+next attempt (a retry, or the fallback) starts — never after the last one, which no attempt
+follows (issue 27: it was, even with ``THREADKEEPER_MODEL_MAX_RETRIES=0``)."""
+
+
+def _announce_retry(error: str) -> None:
     try:
         write = get_stream_writer()
     except Exception:  # outside a graph run (tests calling the middleware directly)
         return
-    write({"stage": "model", "status": "retry", "error": type(exc).__name__})
+    write({"stage": "model", "status": "retry", "error": error})
 
 
 class ModelFailureBoundary(AgentMiddleware[Any, Any]):
@@ -95,6 +120,7 @@ class ModelFailureBoundary(AgentMiddleware[Any, Any]):
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Handler
     ) -> ModelResponse[Any]:
+        token = _ATTEMPTS.set(_Attempts())
         try:
             return await handler(request)
         except (GraphBubbleUp, DomainError):
@@ -103,6 +129,8 @@ class ModelFailureBoundary(AgentMiddleware[Any, Any]):
             raise ModelUnavailable(
                 f"the model did not answer ({type(exc).__name__}); nothing was stored"
             ) from exc
+        finally:
+            _ATTEMPTS.reset(token)
 
 
 def model_call_middleware(
