@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from typing import Any
 
@@ -319,6 +320,38 @@ async def test_closing_the_event_stream_cancels_the_run_and_stores_nothing(
     await again.result()
     await service.wait_idle()
     assert len(await transcript(service, name)) == 2
+
+
+async def test_a_client_that_left_is_counted_as_cancelled_and_logged_not_a_500(
+    backend: InMemoryBackend, memory_profile: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client disconnect is its own outcome (``cancelled``, 499: nobody was answered), not a
+    5xx that pages someone, and it is logged (issue 27: it was counted ``run-failed`` 500,
+    and nothing was logged)."""
+    from tests.support.metrics import total
+
+    model = GatedModel(default=ANSWER)
+    service = service_with(model, backend, memory_profile)
+    failed = total("threadkeeper.runs", status="run-failed")
+    cancelled = total("threadkeeper.runs", status="cancelled", **{"http.response.status_code": 499})
+    handle = await service.start_run(CALLER, thread(), request())
+    assert isinstance(handle, LiveRun)
+    events = handle.events()
+    assert (await events.__anext__()).event == "metadata"
+    await model.entered()
+    with caplog.at_level(logging.INFO, logger="threadkeeper"):
+        await events.aclose()  # the SSE client is gone
+        assert handle.task is not None
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(handle.task, timeout=10)
+    model.release()
+    await service.wait_idle()
+    assert total("threadkeeper.runs", status="run-failed") == failed
+    assert (
+        total("threadkeeper.runs", status="cancelled", **{"http.response.status_code": 499})
+        == cancelled + 1
+    )
+    assert any("client went away" in r.getMessage() for r in caplog.records), caplog.text
 
 
 async def test_drain_waits_for_runs_that_finish_within_the_grace(

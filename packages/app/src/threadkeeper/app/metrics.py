@@ -67,8 +67,8 @@ RUNS = _meter.create_counter(
     unit="{run}",
     description="Runs asked for, by how they ended: status is the stored outcome's status "
     "(answered, refused, escalated, ...) or the problem's slug (thread-busy, rate-limited, "
-    "run-timeout, unavailable, ...); http.response.status_code is the answer's code (an SSE "
-    "run's error event carries it).",
+    "run-timeout, unavailable, ...), or cancelled (499: the client left before the end); "
+    "http.response.status_code is the answer's code (an SSE run's error event carries it).",
 )
 RUN_DURATION = _meter.create_histogram(
     "threadkeeper.run.duration",

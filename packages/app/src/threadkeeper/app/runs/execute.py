@@ -106,6 +106,12 @@ def run_config(ref: ThreadRef, caller: Caller) -> dict[str, Any]:
     }
 
 
+CANCELLED = "cancelled"
+"""``threadkeeper.runs``'s status of a run whose client left before it ended."""
+CLIENT_CLOSED = 499
+"""Its ``http.response.status_code``: no answer was sent (the code proxies log for it)."""
+
+
 @dataclass(frozen=True)
 class Started:
     """A run the service has admitted: its thread held, its human message built."""
@@ -278,7 +284,21 @@ class RunExecutor:
             failure = RunFailed("the run was cancelled")
             if self.draining():
                 failure = Unavailable("the service is shutting down; nothing was stored")
-            self._count_failure(started, failure)
+                self._count_failure(started, failure)
+            elif run.client_gone:
+                # its own outcome, not a 5xx that pages someone: nobody was answered (499, as
+                # proxies log a client that closed its request)
+                log.info(
+                    "run %s on %s cancelled: its client went away; nothing was stored",
+                    run.run_id,
+                    log_name(ref.key),
+                )
+                self._record(started, CANCELLED, CLIENT_CLOSED)
+            else:
+                log.warning(
+                    "run %s on %s was cancelled; nothing stored", run.run_id, log_name(ref.key)
+                )
+                self._count_failure(started, failure)
             raise
         except Exception as exc:
             failure = run_failure(exc)

@@ -44,6 +44,8 @@ class LiveRun:
     finishing: bool = False
     """The graph has finished: the round is being stored and the run is no longer cancelled
     when its client leaves (a finished run is stored whole)."""
+    client_gone: bool = False
+    """Its SSE client left before the run ended, and the run was cancelled for it."""
     queue: asyncio.Queue[RunEvent | DomainError | None] = field(default_factory=asyncio.Queue)
     outcome: asyncio.Future[RunResultOut] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -83,6 +85,7 @@ class LiveRun:
         finally:
             task = self.task
             if not finished and task is not None and not task.done() and not self.finishing:
+                self.client_gone = True
                 task.cancel()  # the client is gone: the run must leave no trace
 
     async def result(self) -> RunResultOut:
