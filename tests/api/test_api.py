@@ -216,6 +216,30 @@ async def test_oversized_messages_are_413_before_anything_is_stored(
         assert (await client.get(f"/v1/threads/{name}/messages")).status_code == 404
 
 
+async def test_every_413_is_counted_as_a_run(make_app: AppFactory, auth: dict[str, str]) -> None:
+    """A message over 32 KiB and a body over the body limit are runs refused, counted in
+    ``threadkeeper_runs_total`` like every other refusal (issue 27: both were missing)."""
+    from tests.support.metrics import total
+
+    def counted() -> float:
+        return total("threadkeeper.runs", **{"http.response.status_code": 413})
+
+    async with AsyncTestClient(make_app(), timeout=30) as client:
+        client.headers.update(auth)
+        before = counted()
+        too_long = await client.post(
+            f"/v1/threads/{thread()}/runs", json={"message": {"content": "x" * (32 * 1024 + 1)}}
+        )
+        assert too_long.status_code == 413
+        assert counted() == before + 1
+        too_big = await client.post(
+            f"/v1/threads/{thread()}/runs",
+            json={"message": {"content": "x" * (2 * 1024 * 1024)}},
+        )
+        assert too_big.status_code == 413
+        assert counted() == before + 2
+
+
 @pytest.mark.parametrize(
     ("path", "headers", "body"),
     [

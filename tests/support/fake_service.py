@@ -221,6 +221,7 @@ class FakeThreadService:
         self.fail = False
         self.delay = 0.0
         self.calls: list[tuple[str, Any]] = []
+        self.refused: list[tuple[int, str, bool]] = []
         self.iterators_opened: list[str] = []
         self.iterators_closed: list[str] = []
         """Run ids whose event iterator was closed or cancelled before its last event."""
@@ -272,6 +273,9 @@ class FakeThreadService:
         return self.threads[key]
 
     # --- ThreadService --------------------------------------------------------------------
+
+    def count_refused(self, status: int, slug: str, *, deltas: bool) -> None:
+        self.refused.append((status, slug, deltas))
 
     async def start_run(
         self, caller: Caller, thread_id: str, request: RunRequest

@@ -4,6 +4,7 @@ failed attempt, even with ``THREADKEEPER_MODEL_MAX_RETRIES=0``)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -75,3 +76,29 @@ async def test_the_last_failed_attempt_is_not_announced_as_a_retry() -> None:
 async def test_a_fallback_after_the_last_attempt_is_announced() -> None:
     events = await announced(failures=5, retries=0, fallback=True)
     assert [e["status"] for e in events] == ["retry"]
+
+
+async def test_a_failure_log_names_the_providers_http_status(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Model-failure logs named only the exception type (issue 27): the provider's HTTP status
+    is what tells a rate limit from an outage."""
+    import httpx
+    import openai
+
+    class Refused(Flaky):
+        async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
+            request = httpx.Request("POST", "http://provider/v1/chat/completions")
+            response = httpx.Response(429, request=request, json={"error": "slow down"})
+            raise openai.RateLimitError("slow down", response=response, body=None)
+
+    agent = create_agent(
+        Refused(messages=iter([])),
+        middleware=model_call_middleware(timeout_seconds=5, max_retries=0, fallback=None),
+    )
+    from threadkeeper.domain.errors import ModelUnavailable
+
+    with caplog.at_level(logging.WARNING, logger="threadkeeper"), pytest.raises(ModelUnavailable):
+        await agent.ainvoke({"messages": [HumanMessage("hi")]})
+    assert "a model call failed: RateLimitError (HTTP 429)" in caplog.text
+    assert "slow down" not in caplog.text

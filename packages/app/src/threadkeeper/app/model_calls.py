@@ -79,10 +79,20 @@ class ModelCallDeadline(AgentMiddleware[Any, Any]):
         except Exception as exc:
             if isinstance(exc, TimeoutError):
                 exc = ModelTimeout(f"the model call took longer than {self.seconds:g} s")
-            log.warning("a model call failed: %s", type(exc).__name__)
+            log.warning("a model call failed: %s%s", type(exc).__name__, provider_status(exc))
             if attempts is not None:
                 attempts.failed = type(exc).__name__
             raise exc from None
+
+
+def provider_status(exc: BaseException) -> str:
+    """`` (HTTP 503)`` when the provider answered the call with an HTTP error status (the
+    OpenAI client's ``APIStatusError``, httpx's ``HTTPStatusError``); otherwise nothing. Only
+    the status: a provider's error body can quote the request."""
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int):
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+    return f" (HTTP {status})" if isinstance(status, int) else ""
 
 
 class _Attempts:

@@ -310,6 +310,11 @@ class ThreadService(Protocol):
         """
         ...
 
+    def count_refused(self, status: int, slug: str, *, deltas: bool) -> None:
+        """Count a run refused before ``start_run`` saw it (a body or message too large) as
+        ``start_run`` counts its own refusals (``threadkeeper.runs``)."""
+        ...
+
     async def messages(
         self, caller: Caller, thread_id: str, *, limit: int, before: str | None
     ) -> TranscriptPage: ...

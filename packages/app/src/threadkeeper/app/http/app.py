@@ -24,7 +24,7 @@ from threadkeeper.app.http.openapi import ClosedStructSchemaPlugin, openapi_conf
 from threadkeeper.app.http.ops import live, metrics, ready
 from threadkeeper.app.http.problems import problem_details_config
 from threadkeeper.app.http.ratelimit import RunRateLimit
-from threadkeeper.app.http.routes import V1_HANDLERS, provide_caller
+from threadkeeper.app.http.routes import SERVICE_STATE, V1_HANDLERS, provide_caller
 from threadkeeper.app.http.settings import HttpSettings
 from threadkeeper.app.service import ThreadService
 
@@ -70,6 +70,7 @@ class ThreadkeeperHttpPlugin(InitPlugin):
         )
         app_config.route_handlers.extend([v1, live, ready])
         app_config.dependencies["service"] = Provide(self._provide_service, sync_to_thread=False)
+        app_config.state[SERVICE_STATE] = self._service
         app_config.dependencies["run_rate_limit"] = Provide(
             self._provide_run_rate_limit, sync_to_thread=False
         )

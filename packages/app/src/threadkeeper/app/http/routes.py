@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.di import NamedDependency
-from litestar.exceptions import ClientException
+from litestar.exceptions import ClientException, HTTPException
 from litestar.openapi import ResponseSpec
 from litestar.params import (
     HeaderParameter,
@@ -143,6 +143,11 @@ async def provide_caller(
     return Caller(tenant_id=x_tenant_id, user_id=x_user_id, locale=x_locale)
 
 
+SERVICE_STATE = "threadkeeper_service"
+"""Where the app's state holds the ``ThreadService`` (for hooks that run before the route's
+dependencies are resolved)."""
+
+
 def strict_json_body(body_type: type[Any]) -> BeforeRequestHookHandler:
     """A ``before_request`` hook decoding the body strictly as ``body_type``.
 
@@ -153,7 +158,15 @@ def strict_json_body(body_type: type[Any]) -> BeforeRequestHookHandler:
 
     async def check(request: Request[Any, Any, Any]) -> None:
         try:
-            decoder.decode(await request.body())
+            body = await request.body()
+        except HTTPException as exc:
+            if exc.status_code == 413:  # over the body limit: a run refused, counted as one
+                service: ThreadService = request.app.state[SERVICE_STATE]
+                deltas = choose_representation(request.headers.get("accept")) != JSON
+                service.count_refused(413, "message-too-large", deltas=deltas)
+            raise
+        try:
+            decoder.decode(body)
         except msgspec.ValidationError as exc:
             raise invalid_body(exc) from exc
         except msgspec.DecodeError as exc:
@@ -232,6 +245,7 @@ async def start_run(
         raise http_problem(406, "This endpoint produces text/event-stream or application/json.")
     content = data.message.content
     if len(content.encode("utf-8")) > MAX_MESSAGE_BYTES:
+        service.count_refused(413, "message-too-large", deltas=representation != JSON)
         raise http_problem(
             413,
             f"The message is over {MAX_MESSAGE_BYTES} bytes of UTF-8.",

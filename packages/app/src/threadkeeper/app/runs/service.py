@@ -115,6 +115,9 @@ class RunService:
                 count_run(self.profile, spec.slug, spec.status, mode_of(request))
             raise
 
+    def count_refused(self, status: int, slug: str, *, deltas: bool) -> None:
+        count_run(self.profile, slug, status, "sse" if deltas else "json")
+
     async def _start_run(
         self, caller: Caller, thread_id: str, request: RunRequest, admitted: float
     ) -> CompletedRun | LiveRun:
