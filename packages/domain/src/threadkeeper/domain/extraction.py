@@ -608,13 +608,21 @@ _FA_ITEM: Final = rf"{_FA_BEFORE}(?P<n>{_FA_NUM})\s*(?:تا\s*)?{_FA_CHILD}{_FA_
 # inside a matched statement: the count and the noun, whatever suffix follows
 _FA_ITEM_RE: Final = re.compile(rf"{_FA_BEFORE}(?P<n>{_FA_NUM})\s*(?:تا\s*)?(?:فرزند|بچه|پسر|دختر)")
 _FA_HAVE: Final = rf"{_FA_BEFORE}(?:دارم|داریم){_FA_AFTER}"
+_FA_ITEMS: Final = (
+    _FA_ITEM.replace("?P<n>", "") + rf"(?:\s*(?:و|،|,)\s*{_FA_ITEM.replace('?P<n>', '')})*"
+)
+# The verb comes after the list, so a list that never reaches it must not be read again from
+# each of its items ("دو بچه و " x 2,000 took a second: issue 6's review). The list is taken
+# whole and once (atomic), and the verb is optional: a list without it still matches, so that
+# finditer goes on after the list rather than from its next character; only a match holding
+# the verb is a statement (``_STATEMENT_GROUP``). The spans are those of the plain form
+# "items, up to two words, the verb" (``tests/unit/domain/test_extraction_household.py``).
+_FA_LIST_HAVE: Final = rf"(?>{_FA_ITEMS})(?P<verb>(?:\s+{_FA_LETTER}+){{0,2}}?\s+{_FA_HAVE})?"
+_STATEMENT_GROUP: Final = "verb"
+"""A statement pattern with this group matches a statement only when the group took part."""
 _FA_COUNT_RES: Final = (
     # "دو فرزند دارم", "یک پسر و یک دختر داریم", "دو تا بچه‌ی کوچک دارم"
-    re.compile(
-        _FA_ITEM.replace("?P<n>", "")
-        + rf"(?:\s*(?:و|،|,)\s*{_FA_ITEM.replace('?P<n>', '')})*"
-        + rf"(?:\s+{_FA_LETTER}+){{0,2}}?\s+{_FA_HAVE}"
-    ),
+    re.compile(_FA_LIST_HAVE),
     # "دو فرزندم", "۲ تا بچه‌هام" (my two children)
     re.compile(
         rf"{_FA_BEFORE}{_FA_NUM}\s*(?:تا\s*)?(?:فرزندان|فرزند|بچه|پسر|دختر)(?:\s*(?:ها|های))?"
@@ -698,6 +706,8 @@ def _child_counts(low: str) -> set[int]:
     for statements, item, names in _COUNT_RULES:
         for statement in statements:
             for match in statement.finditer(low):
+                if _STATEMENT_GROUP in statement.groupindex and not match.group(_STATEMENT_GROUP):
+                    continue  # a list of children without the verb that makes it a statement
                 # only the listed items count, not a number in the clause before them
                 items = match.group("items") if "items" in statement.groupindex else None
                 total = sum(
