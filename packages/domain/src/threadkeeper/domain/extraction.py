@@ -30,6 +30,7 @@ Pure domain code: standard library, ``threadkeeper.domain`` and ``langchain_core
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -499,11 +500,15 @@ def detect_products(text: str) -> list[Product]:
         bare: list[tuple[int, int, Product]] = []
         for product, regex in _BARE_RES:
             bare.extend((m.start(), m.end(), product) for m in regex.finditer(low))
-        taken = [(start, end) for start, end, _ in named]
+        # ``named`` is sorted and its spans do not overlap, so their ends rise with their
+        # starts: a bare span overlaps one of them iff it overlaps the last one starting
+        # before its end (bisection; a scan of every name per topic was quadratic, issue 6)
+        starts = [start for start, _, _ in named]
+        ends = [end for _, end, _ in named]
         named += [
             span
             for span in _leftmost_longest(bare)
-            if not any(span[0] < end and start < span[1] for start, end in taken)
+            if (last := bisect_left(starts, span[1]) - 1) < 0 or ends[last] <= span[0]
         ]
     seen: dict[str, Product] = {}
     for _, _, product in sorted(named, key=lambda s: (s[0], s[1])):
