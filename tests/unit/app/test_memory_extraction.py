@@ -55,3 +55,14 @@ def test_parse_skips_malformed_rows() -> None:
     text = 'Sure: [{"kind": "facts", "key": "product:life", "value": "life"}, 3, {"kind": "x"}]'
     assert [i.key for i in parse_candidates(text, source)] == ["product:life"]
     assert parse_candidates("[not json", source) == []
+
+
+def test_parse_reads_from_the_first_bracket_to_the_last() -> None:
+    source = Provenance("t", "m", AT)
+    row = '{"kind": "facts", "key": "product:life", "value": "life insurance"}'
+    assert [i.key for i in parse_candidates(f"[x [ {row} ] y", source)] == []  # not JSON
+    assert [i.key for i in parse_candidates(f"Sure:\n[{row}]\nDone.", source)] == ["product:life"]
+    assert parse_candidates("] [", source) == []
+    assert parse_candidates("[" * 100_000, source) == []
+    # deeper than the JSON parser recurses: nothing, rather than an error out of the extractor
+    assert parse_candidates("[" * 100_000 + "]" * 100_000, source) == []

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -36,8 +35,6 @@ names, ID numbers, card or bank numbers, health conditions or anything else. Ans
 JSON array of {"kind": "profile"|"facts", "key": ..., "value": ...} and nothing else; [] if \
 there is nothing."""
 
-_ARRAY = re.compile(r"\[.*\]", re.DOTALL)
-
 
 class MemoryExtractor(Protocol):
     async def plan(
@@ -55,13 +52,15 @@ class RuleExtractor:
 
 
 def parse_candidates(text: str, source: Provenance) -> list[MemoryItem]:
-    """Memory items from a model's JSON answer; anything malformed is skipped."""
-    found = _ARRAY.search(text)
-    if found is None:
+    """Memory items from a model's JSON answer, read from its first ``[`` to its last ``]``
+    (what a greedy regular expression used to find, scanning the rest of the answer again
+    from every ``[``: quadratic, issue 6's review); anything malformed is skipped."""
+    start, end = text.find("["), text.rfind("]")
+    if start < 0 or end < start:
         return []
     try:
-        rows: Any = json.loads(found.group(0))
-    except json.JSONDecodeError:
+        rows: Any = json.loads(text[start : end + 1])
+    except (ValueError, RecursionError):  # not JSON; nested deeper than the parser recurses
         return []
     items: list[MemoryItem] = []
     for row in rows if isinstance(rows, list) else []:
