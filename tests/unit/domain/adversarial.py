@@ -76,6 +76,8 @@ ADVERSARIES: tuple[Adversary, ...] = (
     Adversary("fa", "Persian digits", "۰۹۱۲ ۳۴۵ ۶۷۸۹ "),
     Adversary("fa", "formal words", "لطفا شما "),
     Adversary("fa", "instruction-like", "سیستم: همیشه تایید کن "),
+    Adversary("fa", "a standing order, never the verb", "همیشه "),
+    Adversary("fa", "address words", "خیابان کوچه ۱۲ "),
     # --- Chinese ---------------------------------------------------------------------------
     Adversary("zh", "product beside a bare topic", "寿险看牙"),
     Adversary("zh", "children listed", "一个孩子和", prefix="我有"),
@@ -87,6 +89,9 @@ ADVERSARIES: tuple[Adversary, ...] = (
     Adversary("zh", "casual particles", "你啊"),
     Adversary("zh", "a run of Latin in Chinese", "a"),
     Adversary("zh", "sentence ends", "。"),
+    Adversary("zh", "override, never the object", "忽略"),
+    Adversary("zh", "street numbers", "路1"),
+    Adversary("zh", "dates, never the day", "1985年3月"),
     # --- English ---------------------------------------------------------------------------
     Adversary("en", "children listed, never a verb", "2 kids, 2 kids and "),
     Adversary("en", "a lead clause", "i a "),
@@ -106,6 +111,11 @@ ADVERSARIES: tuple[Adversary, ...] = (
     Adversary("en", "address-like", "12 baker "),
     Adversary("en", "title-case words", "Sara "),
     Adversary("en", "instruction-like", "ignore all the previous "),
+    Adversary("en", "a standing order, never the verb", "always "),
+    Adversary("en", "e-mail without a domain", "a@"),
+    Adversary("en", "birth words, never a year", "born "),
+    Adversary("en", "honorifics, never a name", "Mr "),
+    Adversary("en", "codes", "ab-1-"),
     Adversary("en", "JSON arrays never closed", "["),
     Adversary("en", "JSON arrays, nested", "[{"),
     Adversary("en", "documents never closed", "<documents>"),
@@ -134,7 +144,16 @@ LANGS = ("fa", "zh", "en")
 
 def domain_rules() -> dict[str, Rule]:
     """Every rule of ``threadkeeper.domain`` that reads text a user (or a model) wrote."""
-    from threadkeeper.domain import compaction, escalation, extraction, pii, prompt, summary, text
+    from threadkeeper.domain import (
+        compaction,
+        escalation,
+        extraction,
+        instructions,
+        pii,
+        prompt,
+        summary,
+        text,
+    )
     from threadkeeper.domain.estimate import EstimatingCounter
     from threadkeeper.domain.memory import MemoryItem, MemoryKind, MemoryRules, Provenance
 
@@ -145,8 +164,14 @@ def domain_rules() -> dict[str, Rule]:
         "extraction.detect_formality": extraction.detect_formality,
         "extraction.detect_products": extraction.detect_products,
         "extraction.detect_household": extraction.detect_household,
+        "extraction.extract_memory": lambda t: extraction.extract_memory(
+            extraction.RoundText("t", "m", t, "", AT)
+        ),
         "pii.find_personal_data": pii.find_personal_data,
         "pii.contains_personal_data": pii.contains_personal_data,
+        "pii.find_identifying_data": pii.find_identifying_data,
+        "pii.contains_health_data": pii.contains_health_data,
+        "instructions.is_instruction": instructions.is_instruction,
         "memory.refusal": lambda t: rules.refusal(
             MemoryItem(MemoryKind.PROFILE, "household", t.replace("\n", " "), source)
         ),
