@@ -16,8 +16,13 @@ answered run it reads the *human* message of the round and proposes at most thes
 
 Nothing else is extracted: no free text of the message ever becomes a value, so every value
 comes from a closed vocabulary and carries no personal data by construction. The memory rules
-(``MemoryRules.plan``) still check every candidate. The assistant's answer is not read: what
-the assistant said is not something the user told us.
+(``MemoryRules.plan``) still check every candidate.
+
+That vocabulary is all that memory holds (``ALLOWED_KEYS``, ``canonical_value``): whatever
+another extractor proposes (a chat model, ``app.memory.ModelExtractor``) goes through the same
+admission as these items (``plan_round``), and any other key or value is refused and counted.
+
+The assistant's answer is not read: what the assistant said is not something the user told us.
 
 Text is folded before matching (:func:`threadkeeper.domain.text.fold`): NFKC, Arabic letter
 variants to Persian (ي→ی, ك→ک, آ→ا ...), the half-space (ZWNJ) to a space, Arabic diacritics
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,17 +50,23 @@ from threadkeeper.domain.memory import (
     MemoryRules,
     MemoryWritePlan,
     Provenance,
+    Refusal,
 )
 from threadkeeper.domain.text import ARABIC_LETTER_CLASS, HAN_CLASS, fold
 
 __all__ = [
+    "ALLOWED_KEYS",
+    "FORMALITIES",
     "FORMALITY_KEY",
     "HOUSEHOLD_KEY",
+    "LANGUAGES",
     "LANGUAGE_KEY",
     "PRODUCTS",
     "PRODUCT_KEY_PREFIX",
     "Product",
     "RoundText",
+    "canonical_household",
+    "canonical_value",
     "detect_formality",
     "detect_household",
     "detect_language",
@@ -62,6 +74,8 @@ __all__ = [
     "extract_and_plan",
     "extract_memory",
     "merge_household",
+    "plan_round",
+    "vocabulary_refusal",
 ]
 
 LANGUAGE_KEY: Final = "language"
@@ -816,21 +830,119 @@ def extract_memory(round_: RoundText) -> list[MemoryItem]:
     return items
 
 
-def extract_and_plan(
-    round_: RoundText, existing: Sequence[MemoryItem], rules: MemoryRules
+# ============================================================================================
+# What memory holds: the rule extractor's vocabulary, for every extractor
+# ============================================================================================
+
+LANGUAGES: Final = ("fa", "zh", "en")
+FORMALITIES: Final = ("formal", "informal")
+ALLOWED_KEYS: Final[frozenset[tuple[MemoryKind, str]]] = frozenset(
+    {
+        (MemoryKind.PROFILE, LANGUAGE_KEY),
+        (MemoryKind.PROFILE, FORMALITY_KEY),
+        (MemoryKind.PROFILE, HOUSEHOLD_KEY),
+        *((MemoryKind.FACTS, product.key) for product in PRODUCTS),
+    }
+)
+"""The (kind, key) pairs the rule extractor writes, and so all that memory holds: whatever
+another extractor (a model) proposes under any other key is refused (``key_not_allowed``)."""
+_PRODUCT_NAMES: Final = {
+    product.key: {" ".join(name.split()): product.name for name in (product.name, *product.en)}
+    for product in PRODUCTS
+}
+_HOUSEHOLD_SLOTS: Final = (
+    ("marital", re.compile(f"{_MARRIED}|{_SINGLE}")),
+    ("living", re.compile(_ALONE)),
+    ("children", re.compile(r"1 child|(?:[2-9]|1[0-9]|20) children|has children|no children")),
+)
+
+
+def canonical_household(value: str) -> str | None:
+    """``value`` as the rule extractor writes a household summary (``detect_household``): its
+    parts in order (marital, living, children), each at most once, joined by "; " — or
+    ``None`` when ``value`` is not such a summary."""
+    parts = [" ".join(p.split()) for p in value.casefold().split(";")]
+    out: list[str] = []
+    slots = iter(_HOUSEHOLD_SLOTS)
+    for part in parts:
+        for _, pattern in slots:
+            if pattern.fullmatch(part):
+                out.append(part)
+                break
+        else:
+            return None
+    return "; ".join(out) or None
+
+
+def canonical_value(kind: MemoryKind, key: str, value: str) -> str | None:
+    """``value`` as the rule extractor would write it under ``(kind, key)``, or ``None`` when
+    it is not one of that key's values (or the key is not an allowed one).
+
+    Case and spacing do not matter. ``language``: fa, zh, en; ``formality``: formal,
+    informal; ``household``: ``canonical_household``; ``product:<slug>``: the product's name
+    (``Product.name``) or one of its English names (``Product.en``), written as its name."""
+    if (kind, key) not in ALLOWED_KEYS:
+        return None
+    folded = " ".join(value.split()).casefold()
+    if key == LANGUAGE_KEY:
+        return folded if folded in LANGUAGES else None
+    if key == FORMALITY_KEY:
+        return folded if folded in FORMALITIES else None
+    if key == HOUSEHOLD_KEY:
+        return canonical_household(folded)
+    return _PRODUCT_NAMES[key].get(folded)
+
+
+def vocabulary_refusal(item: MemoryItem) -> str | None:
+    """Why ``item`` is outside the vocabulary (``key_not_allowed``, ``value_not_allowed``), or
+    ``None``. Rule-extracted items are always inside it."""
+    if (item.kind, item.key) not in ALLOWED_KEYS:
+        return Refusal.KEY_NOT_ALLOWED.value
+    if canonical_value(item.kind, item.key, item.value) != item.value:
+        return Refusal.VALUE_NOT_ALLOWED.value
+    return None
+
+
+def _with_value(item: MemoryItem, value: str) -> MemoryItem:
+    return MemoryItem(item.kind, item.key, value, item.source)
+
+
+def plan_round(
+    round_: RoundText,
+    existing: Sequence[MemoryItem],
+    candidates: Iterable[MemoryItem],
+    rules: MemoryRules,
 ) -> MemoryWritePlan:
-    """``rules.plan(existing, extract_memory(round_))``, with one refinement: a household
-    candidate is merged into the stored household summary (``merge_household``) rather than
-    replacing it, so one round's partial statement does not erase what an earlier one said."""
+    """The write plan of what an extractor proposes from ``round_``, whoever the extractor is
+    (the rules of this module, a chat model): one admission for all.
+
+    Each candidate is first written as the vocabulary spells it (``canonical_value``), then
+    refused, and counted by reason, if ``rules`` refuse it (personal data, an instruction,
+    bounds, provenance: ``MemoryRules.refusal``) or if it is outside the vocabulary
+    (``vocabulary_refusal``). A household candidate is merged into the stored summary
+    (``merge_household``), so one round's partial statement does not erase what an earlier
+    one said. The rest is ``rules.plan(existing, admitted)``, its refusals added to these."""
     stored = next(
         (i for i in existing if i.kind is MemoryKind.PROFILE and i.key == HOUSEHOLD_KEY), None
     )
-    candidates = extract_memory(round_)
-    if stored is not None:
-        candidates = [
-            MemoryItem(c.kind, c.key, merge_household(stored.value, c.value), c.source)
-            if c.kind is MemoryKind.PROFILE and c.key == HOUSEHOLD_KEY
-            else c
-            for c in candidates
-        ]
-    return rules.plan(existing, candidates)
+    refused: Counter[str] = Counter()
+    admitted: list[MemoryItem] = []
+    for candidate in candidates:
+        value = canonical_value(candidate.kind, candidate.key, candidate.value)
+        item = candidate if value is None else _with_value(candidate, value)
+        reason = rules.refusal(item) or vocabulary_refusal(item)
+        if reason is not None:
+            refused[reason] += 1
+            continue
+        if stored is not None and item.key == HOUSEHOLD_KEY:
+            item = _with_value(item, merge_household(stored.value, item.value))
+        admitted.append(item)
+    plan = rules.plan(existing, admitted)
+    return MemoryWritePlan(plan.puts, plan.deletes, plan.refused + refused)
+
+
+def extract_and_plan(
+    round_: RoundText, existing: Sequence[MemoryItem], rules: MemoryRules
+) -> MemoryWritePlan:
+    """``plan_round(round_, existing, extract_memory(round_), rules)``: the rule extractor."""
+    return plan_round(round_, existing, extract_memory(round_), rules)
