@@ -499,10 +499,12 @@ def test_the_national_id_used_below_is_valid() -> None:
             NID,
             ["life"],
         ),
-        ("I was diagnosed with diabetes; what health insurance can I get?", "diabetes", ["health"]),
-        ("من دیابت دارم و دو فرزند دارم، بیمه درمان می‌خواهم", "دیابت", ["health"]),
-        ("我有糖尿病，想买重疾险", "糖尿病", ["critical-illness-cover"]),
-        ("I'm pregnant, does maternity cover start at once?", "pregnant", ["maternity"]),
+        # a message stating health information teaches no product (issue 12 of the review:
+        # "maternity cover" from a pregnancy, "critical illness cover" from a diagnosis)
+        ("I was diagnosed with diabetes; what health insurance can I get?", "diabetes", []),
+        ("من دیابت دارم و دو فرزند دارم، بیمه درمان می‌خواهم", "دیابت", []),
+        ("我有糖尿病，想买重疾险", "糖尿病", []),
+        ("I'm pregnant, does maternity cover start at once?", "pregnant", []),
     ],
 )
 def test_personal_data_never_reaches_a_put(human: str, secret: str, products: list[str]) -> None:

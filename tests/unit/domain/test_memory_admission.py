@@ -9,6 +9,7 @@ Both go through the same domain rules (``extraction.plan_round``):
   health) and what ``pii.find_identifying_data`` finds (names, e-mail addresses, phone numbers,
   dates of birth, addresses, national, passport and policy numbers);
 * never an instruction (``instructions.is_instruction``);
+* no product interest learnt from a message that states health information;
 
 and every refusal is counted by reason, never with the value.
 """
@@ -30,12 +31,15 @@ from threadkeeper.domain.extraction import (
     PRODUCTS,
     RoundText,
     canonical_value,
+    extract_and_plan,
+    extract_memory,
     plan_round,
 )
 from threadkeeper.domain.instructions import is_instruction
 from threadkeeper.domain.memory import MemoryItem, MemoryKind, MemoryRules, Provenance, Refusal
 from threadkeeper.domain.pii import (
     PersonalDataKind,
+    contains_health_data,
     find_identifying_data,
     find_personal_data,
 )
@@ -174,6 +178,51 @@ def test_every_value_of_the_vocabulary_is_admissible() -> None:
         assert RULES.refusal(MemoryItem(kind, key, canonical, SOURCE)) is None, (key, value)
         assert not find_identifying_data(canonical)
         assert not is_instruction(canonical)
+
+
+# --- no product interest from a message stating health information (issue 12) ----------------
+
+
+@pytest.mark.parametrize(
+    "human",
+    [
+        "I am pregnant, does the plan include maternity cover?",
+        "I'm pregnant, does maternity cover start at once?",
+        "I was diagnosed with breast cancer last month; do you sell cancer insurance?",
+        "I have diabetes; what health insurance can I get?",
+        "My sugar is high, is critical illness cover worth it?",
+        "من باردار هستم، بیمه زایمان دارید؟",
+        "هزینه زایمان را بیمه پوشش می‌دهد؟",
+        "سرطان دارم، بیمه عمر می‌خواهم",
+        "我怀孕了，生育险怎么买？",
+        "我被诊断出癌症，防癌险还能买吗？",
+        "我有糖尿病，想买重疾险",
+    ],
+)
+def test_a_message_stating_health_information_teaches_no_product(human: str) -> None:
+    assert contains_health_data(human)
+    assert [i for i in extract_memory(round_of(human)) if i.kind is F] == []
+    plan = extract_and_plan(round_of(human), [], RULES)
+    assert [i for i in plan.puts if i.kind is F] == []
+    # nor through a model that proposes the product anyway
+    proposed = [item("product:maternity", "maternity cover", F), item("product:life", "life", F)]
+    plan = plan_round(round_of(human), [], proposed, RULES)
+    assert plan.puts == ()
+    assert plan.refused == Counter({"health_context": 1, "value_not_allowed": 1})
+
+
+@pytest.mark.parametrize(
+    ("human", "slug"),
+    [
+        ("Does the plan include maternity cover?", "maternity"),
+        ("Do you sell cancer insurance?", "cancer-cover"),
+        ("生育险怎么买？", "maternity"),
+        ("بیمه عمر می‌خواهم", "life"),
+    ],
+)
+def test_a_product_question_without_health_information_is_remembered(human: str, slug: str) -> None:
+    plan = extract_and_plan(round_of(human), [], RULES)
+    assert f"product:{slug}" in {i.key for i in plan.puts}
 
 
 # --- properties -------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from threadkeeper.domain.memory import (
     Provenance,
     Refusal,
 )
+from threadkeeper.domain.pii import contains_health_data
 from threadkeeper.domain.text import ARABIC_LETTER_CLASS, HAN_CLASS, fold
 
 __all__ = [
@@ -812,7 +813,11 @@ def merge_household(stored: str, new: str) -> str:
 
 def extract_memory(round_: RoundText) -> list[MemoryItem]:
     """What may be remembered from ``round_``: language, formality, household (profile) and the
-    products named (facts), all from the human message, each with the round's provenance."""
+    products named (facts), all from the human message, each with the round's provenance.
+
+    A message that states health information (``pii.contains_health_data``: a pregnancy, a
+    diagnosis, a condition, a medication ...) teaches no product: "I am pregnant, is maternity
+    covered?" must not leave "maternity cover" behind, nor a diagnosis "cancer cover"."""
     source = Provenance(round_.thread_id, round_.message_id, round_.at)
     items: list[MemoryItem] = []
     profile = (
@@ -823,10 +828,11 @@ def extract_memory(round_: RoundText) -> list[MemoryItem]:
     for key, value in profile:
         if value is not None:
             items.append(MemoryItem(MemoryKind.PROFILE, key, value, source))
-    items.extend(
-        MemoryItem(MemoryKind.FACTS, product.key, product.name, source)
-        for product in detect_products(round_.human)
-    )
+    if not contains_health_data(round_.human):
+        items.extend(
+            MemoryItem(MemoryKind.FACTS, product.key, product.name, source)
+            for product in detect_products(round_.human)
+        )
     return items
 
 
@@ -918,19 +924,27 @@ def plan_round(
 
     Each candidate is first written as the vocabulary spells it (``canonical_value``), then
     refused, and counted by reason, if ``rules`` refuse it (personal data, an instruction,
-    bounds, provenance: ``MemoryRules.refusal``) or if it is outside the vocabulary
-    (``vocabulary_refusal``). A household candidate is merged into the stored summary
+    bounds, provenance: ``MemoryRules.refusal``), if it is outside the vocabulary
+    (``vocabulary_refusal``), or if it is a product interest and the round's human message
+    states health information (``health_context``: no product is learnt from a pregnancy or
+    a diagnosis). A household candidate is merged into the stored summary
     (``merge_household``), so one round's partial statement does not erase what an earlier
     one said. The rest is ``rules.plan(existing, admitted)``, its refusals added to these."""
     stored = next(
         (i for i in existing if i.kind is MemoryKind.PROFILE and i.key == HOUSEHOLD_KEY), None
     )
+    health: bool | None = None  # the human message is read only when a fact is proposed
     refused: Counter[str] = Counter()
     admitted: list[MemoryItem] = []
     for candidate in candidates:
         value = canonical_value(candidate.kind, candidate.key, candidate.value)
         item = candidate if value is None else _with_value(candidate, value)
         reason = rules.refusal(item) or vocabulary_refusal(item)
+        if reason is None and item.kind is MemoryKind.FACTS:
+            if health is None:
+                health = contains_health_data(round_.human)
+            if health:
+                reason = Refusal.HEALTH_CONTEXT.value
         if reason is not None:
             refused[reason] += 1
             continue
