@@ -3,10 +3,10 @@
 The inputs and the rules are the unit test's (``tests/unit/domain/adversarial.py``): each input
 is a near-match of some pattern repeated to a size in UTF-8 bytes (a list of children that never
 reaches its verb, a tag never closed, product names beside bare topics, ...), and the rules are
-every rule of the domain and the app that reads what a user or a model wrote (extraction, pii,
-the memory refusal, escalation, folding, summary, compaction, the prompt's documents, the token
-estimator, the builtin model's, the model extractor's reply parsing). 32 KiB is the largest
-message a user can send.
+every rule of the domain and the app that reads what a user or a model wrote (extraction, pii
+and its identifying-data and health checks, instructions, escalation, folding, summary,
+compaction, the prompt's documents, the token estimator and tiktoken, the builtin model's, the
+model extractor's reply parsing). 32 KiB is the largest message a user can send.
 
 Per language, one group of three arms:
 

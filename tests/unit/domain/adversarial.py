@@ -143,7 +143,9 @@ LANGS = ("fa", "zh", "en")
 
 
 def domain_rules() -> dict[str, Rule]:
-    """Every rule of ``threadkeeper.domain`` that reads text a user (or a model) wrote."""
+    """Every rule of ``threadkeeper.domain`` that reads text a user (or a model) wrote. What
+    only combines them (``extract_memory``, ``MemoryRules.refusal``, ``plan_round``) is
+    linear when they are: it calls each once."""
     from threadkeeper.domain import (
         compaction,
         escalation,
@@ -155,26 +157,18 @@ def domain_rules() -> dict[str, Rule]:
         text,
     )
     from threadkeeper.domain.estimate import EstimatingCounter
-    from threadkeeper.domain.memory import MemoryItem, MemoryKind, MemoryRules, Provenance
+    from threadkeeper.domain.tokens import TiktokenCounter
 
-    rules = MemoryRules(max_value_chars=LARGE * 4)  # so that the value checks run on it all
-    source = Provenance("t", "m", AT)
     return {
         "extraction.detect_language": extraction.detect_language,
         "extraction.detect_formality": extraction.detect_formality,
         "extraction.detect_products": extraction.detect_products,
         "extraction.detect_household": extraction.detect_household,
-        "extraction.extract_memory": lambda t: extraction.extract_memory(
-            extraction.RoundText("t", "m", t, "", AT)
-        ),
         "pii.find_personal_data": pii.find_personal_data,
         "pii.contains_personal_data": pii.contains_personal_data,
         "pii.find_identifying_data": pii.find_identifying_data,
         "pii.contains_health_data": pii.contains_health_data,
         "instructions.is_instruction": instructions.is_instruction,
-        "memory.refusal": lambda t: rules.refusal(
-            MemoryItem(MemoryKind.PROFILE, "household", t.replace("\n", " "), source)
-        ),
         "escalation.asks_for_person": escalation.asks_for_person,
         "escalation.detect_language": escalation.detect_language,
         "text.fold": text.fold,
@@ -185,6 +179,7 @@ def domain_rules() -> dict[str, Rule]:
         ),
         "prompt.parse_documents": prompt.parse_documents,
         "estimate.count_text": EstimatingCounter().count_text,
+        "tokens.tiktoken_count_text": TiktokenCounter("o200k_base").count_text,
     }
 
 
