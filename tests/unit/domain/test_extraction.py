@@ -499,10 +499,12 @@ def test_the_national_id_used_below_is_valid() -> None:
             NID,
             ["life"],
         ),
-        ("I was diagnosed with diabetes; what health insurance can I get?", "diabetes", ["health"]),
-        ("من دیابت دارم و دو فرزند دارم، بیمه درمان می‌خواهم", "دیابت", ["health"]),
-        ("我有糖尿病，想买重疾险", "糖尿病", ["critical-illness-cover"]),
-        ("I'm pregnant, does maternity cover start at once?", "pregnant", ["maternity"]),
+        # a message stating health information teaches no product (issue 12 of the review:
+        # "maternity cover" from a pregnancy, "critical illness cover" from a diagnosis)
+        ("I was diagnosed with diabetes; what health insurance can I get?", "diabetes", []),
+        ("من دیابت دارم و دو فرزند دارم، بیمه درمان می‌خواهم", "دیابت", []),
+        ("我有糖尿病，想买重疾险", "糖尿病", []),
+        ("I'm pregnant, does maternity cover start at once?", "pregnant", []),
     ],
 )
 def test_personal_data_never_reaches_a_put(human: str, secret: str, products: list[str]) -> None:
@@ -635,3 +637,39 @@ def test_a_factored_pattern_matches_what_its_plain_form_does(text: str, joined: 
         assert [m.span() for m in compiled.finditer(text)] == [
             m.span() for m in plain.finditer(text)
         ], (plain.pattern[:80], text)
+
+
+def products_by_pairs(text: str) -> list[str]:
+    """``detect_products`` as it was: every bare topic checked against every product name
+    (quadratic in the number of mentions; issue 6's review)."""
+    low = fold(text)
+    spans = [
+        (m.start(), m.end(), product)
+        for product, regex in extraction._PRODUCT_RES
+        for m in regex.finditer(low)
+        if m.end() > m.start()
+    ]
+    named = extraction._leftmost_longest(spans)
+    if extraction._INSURANCE_CONTEXT_RE.search(low):
+        bare = [
+            (m.start(), m.end(), product)
+            for product, regex in extraction._BARE_RES
+            for m in regex.finditer(low)
+        ]
+        taken = [(start, end) for start, end, _ in named]
+        named += [
+            span
+            for span in extraction._leftmost_longest(bare)
+            if not any(span[0] < end and start < span[1] for start, end in taken)
+        ]
+    seen: dict[str, str] = {}
+    for _, _, product in sorted(named, key=lambda s: (s[0], s[1])):
+        seen.setdefault(product.slug, product.slug)
+    return list(seen.values())
+
+
+@settings(max_examples=3 * settings().max_examples, deadline=None)
+@given(st.lists(st.sampled_from(PHRASES), max_size=12).map(" ".join), st.booleans())
+def test_bare_topics_beside_names_are_found_as_by_every_pair(text: str, joined: bool) -> None:
+    text = text.replace(" ", "") if joined else text
+    assert slugs(text) == products_by_pairs(text)

@@ -8,9 +8,15 @@ else's household.
 
 from __future__ import annotations
 
-import pytest
+import re
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from threadkeeper.domain import extraction
 from threadkeeper.domain.extraction import detect_household
+from threadkeeper.domain.text import fold
 
 
 @pytest.mark.parametrize(
@@ -72,4 +78,48 @@ def test_someone_elses_statement_lends_no_subject(text: str) -> None:
     ],
 )
 def test_only_children_after_the_shared_verb_count(text: str, summary: str | None) -> None:
+    assert detect_household(text) == summary
+
+
+# --- the Persian list of children, read once (issue 6's review) -----------------------------
+
+FA_TOKENS = [
+    "یک", "یه", "دو", "سه", "2", "12", "123", "تا", "فرزند", "فرزندان", "بچه", "پسر", "دختر",
+    "ها", "های", "ان", "م", "و", "،", ",", "کوچک", "خوب", "دارم", "داریم", "ندارم", "دارد",
+    "من", " ", "\u200c",
+]  # fmt: skip
+# The plain form the Persian statement had: a list of children, up to two words, the verb.
+# Read from each item again when the verb never comes, it was quadratic in the list's length.
+FA_PLAIN = re.compile(
+    extraction._FA_ITEMS + rf"(?:\s+{extraction._FA_LETTER}+){{0,2}}?\s+{extraction._FA_HAVE}"
+)
+
+
+def fa_statements(text: str) -> list[tuple[int, int]]:
+    return [
+        m.span() for m in extraction._FA_COUNT_RES[0].finditer(text) if m.group("verb") is not None
+    ]
+
+
+@settings(max_examples=5 * settings().max_examples, deadline=None)
+@given(st.lists(st.sampled_from(FA_TOKENS), max_size=16), st.sampled_from([" ", ""]))
+def test_the_persian_list_reads_the_statements_of_its_plain_form(
+    tokens: list[str], joiner: str
+) -> None:
+    text = fold(joiner.join(tokens))
+    assert fa_statements(text) == [m.span() for m in FA_PLAIN.finditer(text)], text
+
+
+@pytest.mark.parametrize(
+    ("text", "summary"),
+    [
+        ("دو بچه و یک پسر دارم", "3 children"),
+        ("دو تا بچه‌ی کوچک دارم", "2 children"),
+        ("دو بچه دو بچه دارم", "4 children"),  # as before: the words before the verb count
+        ("دو بچه، یک دختر خوب داریم", "3 children"),
+        ("دو بچه و " * 50 + "دارم", None),  # 100 children: over the bound, as before
+        ("دو بچه و " * 50, None),  # a list that never says «دارم»
+    ],
+)
+def test_persian_lists_of_children(text: str, summary: str | None) -> None:
     assert detect_household(text) == summary

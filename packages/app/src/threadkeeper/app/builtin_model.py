@@ -596,25 +596,27 @@ def stream_tokens(text: str, language: Language) -> list[str]:
         leading = text[: len(text) - len("".join(tokens))]
         tokens[0] = leading + tokens[0]
         return tokens
-    tokens = []
+    # each token's characters are gathered in a list and joined once: ``tokens[-1] += char``
+    # copied the token for every character added, quadratic in a long run (issue 6's review)
+    parts: list[list[str]] = []
     previous = ""  # kind of the previous character: "cjk", "run" or "space"
     for char in text:
         if is_cjk(char):
-            tokens.append(char)
+            parts.append([char])
             previous = "cjk"
         elif char.isspace() or (previous == "cjk" and not char.isalnum()):
-            if tokens:
-                tokens[-1] += char
+            if parts:
+                parts[-1].append(char)
             else:
-                tokens.append(char)
+                parts.append([char])
             if char.isspace():
                 previous = "space"
         elif previous == "run":
-            tokens[-1] += char
+            parts[-1].append(char)
         else:
-            tokens.append(char)
+            parts.append([char])
             previous = "run"
-    return tokens
+    return ["".join(part) for part in parts]
 
 
 _ESTIMATED: Final[IdentityMemo[tuple[int, int]]] = IdentityMemo()

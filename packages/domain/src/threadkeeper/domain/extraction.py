@@ -16,8 +16,13 @@ answered run it reads the *human* message of the round and proposes at most thes
 
 Nothing else is extracted: no free text of the message ever becomes a value, so every value
 comes from a closed vocabulary and carries no personal data by construction. The memory rules
-(``MemoryRules.plan``) still check every candidate. The assistant's answer is not read: what
-the assistant said is not something the user told us.
+(``MemoryRules.plan``) still check every candidate.
+
+That vocabulary is all that memory holds (``ALLOWED_KEYS``, ``canonical_value``): whatever
+another extractor proposes (a chat model, ``app.memory.ModelExtractor``) goes through the same
+admission as these items (``plan_round``), and any other key or value is refused and counted.
+
+The assistant's answer is not read: what the assistant said is not something the user told us.
 
 Text is folded before matching (:func:`threadkeeper.domain.text.fold`): NFKC, Arabic letter
 variants to Persian (ي→ی, ك→ک, آ→ا ...), the half-space (ZWNJ) to a space, Arabic diacritics
@@ -30,6 +35,8 @@ Pure domain code: standard library, ``threadkeeper.domain`` and ``langchain_core
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,17 +50,24 @@ from threadkeeper.domain.memory import (
     MemoryRules,
     MemoryWritePlan,
     Provenance,
+    Refusal,
 )
+from threadkeeper.domain.pii import contains_health_data
 from threadkeeper.domain.text import ARABIC_LETTER_CLASS, HAN_CLASS, fold
 
 __all__ = [
+    "ALLOWED_KEYS",
+    "FORMALITIES",
     "FORMALITY_KEY",
     "HOUSEHOLD_KEY",
+    "LANGUAGES",
     "LANGUAGE_KEY",
     "PRODUCTS",
     "PRODUCT_KEY_PREFIX",
     "Product",
     "RoundText",
+    "canonical_household",
+    "canonical_value",
     "detect_formality",
     "detect_household",
     "detect_language",
@@ -61,6 +75,8 @@ __all__ = [
     "extract_and_plan",
     "extract_memory",
     "merge_household",
+    "plan_round",
+    "vocabulary_refusal",
 ]
 
 LANGUAGE_KEY: Final = "language"
@@ -499,11 +515,15 @@ def detect_products(text: str) -> list[Product]:
         bare: list[tuple[int, int, Product]] = []
         for product, regex in _BARE_RES:
             bare.extend((m.start(), m.end(), product) for m in regex.finditer(low))
-        taken = [(start, end) for start, end, _ in named]
+        # ``named`` is sorted and its spans do not overlap, so their ends rise with their
+        # starts: a bare span overlaps one of them iff it overlaps the last one starting
+        # before its end (bisection; a scan of every name per topic was quadratic, issue 6)
+        starts = [start for start, _, _ in named]
+        ends = [end for _, end, _ in named]
         named += [
             span
             for span in _leftmost_longest(bare)
-            if not any(span[0] < end and start < span[1] for start, end in taken)
+            if (last := bisect_left(starts, span[1]) - 1) < 0 or ends[last] <= span[0]
         ]
     seen: dict[str, Product] = {}
     for _, _, product in sorted(named, key=lambda s: (s[0], s[1])):
@@ -608,13 +628,21 @@ _FA_ITEM: Final = rf"{_FA_BEFORE}(?P<n>{_FA_NUM})\s*(?:تا\s*)?{_FA_CHILD}{_FA_
 # inside a matched statement: the count and the noun, whatever suffix follows
 _FA_ITEM_RE: Final = re.compile(rf"{_FA_BEFORE}(?P<n>{_FA_NUM})\s*(?:تا\s*)?(?:فرزند|بچه|پسر|دختر)")
 _FA_HAVE: Final = rf"{_FA_BEFORE}(?:دارم|داریم){_FA_AFTER}"
+_FA_ITEMS: Final = (
+    _FA_ITEM.replace("?P<n>", "") + rf"(?:\s*(?:و|،|,)\s*{_FA_ITEM.replace('?P<n>', '')})*"
+)
+# The verb comes after the list, so a list that never reaches it must not be read again from
+# each of its items ("دو بچه و " x 2,000 took a second: issue 6's review). The list is taken
+# whole and once (atomic), and the verb is optional: a list without it still matches, so that
+# finditer goes on after the list rather than from its next character; only a match holding
+# the verb is a statement (``_STATEMENT_GROUP``). The spans are those of the plain form
+# "items, up to two words, the verb" (``tests/unit/domain/test_extraction_household.py``).
+_FA_LIST_HAVE: Final = rf"(?>{_FA_ITEMS})(?P<verb>(?:\s+{_FA_LETTER}+){{0,2}}?\s+{_FA_HAVE})?"
+_STATEMENT_GROUP: Final = "verb"
+"""A statement pattern with this group matches a statement only when the group took part."""
 _FA_COUNT_RES: Final = (
     # "دو فرزند دارم", "یک پسر و یک دختر داریم", "دو تا بچه‌ی کوچک دارم"
-    re.compile(
-        _FA_ITEM.replace("?P<n>", "")
-        + rf"(?:\s*(?:و|،|,)\s*{_FA_ITEM.replace('?P<n>', '')})*"
-        + rf"(?:\s+{_FA_LETTER}+){{0,2}}?\s+{_FA_HAVE}"
-    ),
+    re.compile(_FA_LIST_HAVE),
     # "دو فرزندم", "۲ تا بچه‌هام" (my two children)
     re.compile(
         rf"{_FA_BEFORE}{_FA_NUM}\s*(?:تا\s*)?(?:فرزندان|فرزند|بچه|پسر|دختر)(?:\s*(?:ها|های))?"
@@ -698,6 +726,8 @@ def _child_counts(low: str) -> set[int]:
     for statements, item, names in _COUNT_RULES:
         for statement in statements:
             for match in statement.finditer(low):
+                if _STATEMENT_GROUP in statement.groupindex and not match.group(_STATEMENT_GROUP):
+                    continue  # a list of children without the verb that makes it a statement
                 # only the listed items count, not a number in the clause before them
                 items = match.group("items") if "items" in statement.groupindex else None
                 total = sum(
@@ -783,7 +813,11 @@ def merge_household(stored: str, new: str) -> str:
 
 def extract_memory(round_: RoundText) -> list[MemoryItem]:
     """What may be remembered from ``round_``: language, formality, household (profile) and the
-    products named (facts), all from the human message, each with the round's provenance."""
+    products named (facts), all from the human message, each with the round's provenance.
+
+    A message that states health information (``pii.contains_health_data``: a pregnancy, a
+    diagnosis, a condition, a medication ...) teaches no product: "I am pregnant, is maternity
+    covered?" must not leave "maternity cover" behind, nor a diagnosis "cancer cover"."""
     source = Provenance(round_.thread_id, round_.message_id, round_.at)
     items: list[MemoryItem] = []
     profile = (
@@ -794,28 +828,135 @@ def extract_memory(round_: RoundText) -> list[MemoryItem]:
     for key, value in profile:
         if value is not None:
             items.append(MemoryItem(MemoryKind.PROFILE, key, value, source))
-    items.extend(
-        MemoryItem(MemoryKind.FACTS, product.key, product.name, source)
-        for product in detect_products(round_.human)
-    )
+    if not contains_health_data(round_.human):
+        items.extend(
+            MemoryItem(MemoryKind.FACTS, product.key, product.name, source)
+            for product in detect_products(round_.human)
+        )
     return items
+
+
+# ============================================================================================
+# What memory holds: the rule extractor's vocabulary, for every extractor
+# ============================================================================================
+
+LANGUAGES: Final = ("fa", "zh", "en")
+FORMALITIES: Final = ("formal", "informal")
+ALLOWED_KEYS: Final[frozenset[tuple[MemoryKind, str]]] = frozenset(
+    {
+        (MemoryKind.PROFILE, LANGUAGE_KEY),
+        (MemoryKind.PROFILE, FORMALITY_KEY),
+        (MemoryKind.PROFILE, HOUSEHOLD_KEY),
+        *((MemoryKind.FACTS, product.key) for product in PRODUCTS),
+    }
+)
+"""The (kind, key) pairs the rule extractor writes, and so all that memory holds: whatever
+another extractor (a model) proposes under any other key is refused (``key_not_allowed``)."""
+_PRODUCT_NAMES: Final = {
+    product.key: {" ".join(name.split()): product.name for name in (product.name, *product.en)}
+    for product in PRODUCTS
+}
+_HOUSEHOLD_SLOTS: Final = (
+    ("marital", re.compile(f"{_MARRIED}|{_SINGLE}")),
+    ("living", re.compile(_ALONE)),
+    ("children", re.compile(r"1 child|(?:[2-9]|1[0-9]|20) children|has children|no children")),
+)
+
+
+def canonical_household(value: str) -> str | None:
+    """``value`` as the rule extractor writes a household summary (``detect_household``): its
+    parts in order (marital, living, children), each at most once, joined by "; " — or
+    ``None`` when ``value`` is not such a summary."""
+    parts = [" ".join(p.split()) for p in value.casefold().split(";")]
+    out: list[str] = []
+    slots = iter(_HOUSEHOLD_SLOTS)
+    for part in parts:
+        for _, pattern in slots:
+            if pattern.fullmatch(part):
+                out.append(part)
+                break
+        else:
+            return None
+    return "; ".join(out) or None
+
+
+def canonical_value(kind: MemoryKind, key: str, value: str) -> str | None:
+    """``value`` as the rule extractor would write it under ``(kind, key)``, or ``None`` when
+    it is not one of that key's values (or the key is not an allowed one).
+
+    Case and spacing do not matter. ``language``: fa, zh, en; ``formality``: formal,
+    informal; ``household``: ``canonical_household``; ``product:<slug>``: the product's name
+    (``Product.name``) or one of its English names (``Product.en``), written as its name."""
+    if (kind, key) not in ALLOWED_KEYS:
+        return None
+    folded = " ".join(value.split()).casefold()
+    if key == LANGUAGE_KEY:
+        return folded if folded in LANGUAGES else None
+    if key == FORMALITY_KEY:
+        return folded if folded in FORMALITIES else None
+    if key == HOUSEHOLD_KEY:
+        return canonical_household(folded)
+    return _PRODUCT_NAMES[key].get(folded)
+
+
+def vocabulary_refusal(item: MemoryItem) -> str | None:
+    """Why ``item`` is outside the vocabulary (``key_not_allowed``, ``value_not_allowed``), or
+    ``None``. Rule-extracted items are always inside it."""
+    if (item.kind, item.key) not in ALLOWED_KEYS:
+        return Refusal.KEY_NOT_ALLOWED.value
+    if canonical_value(item.kind, item.key, item.value) != item.value:
+        return Refusal.VALUE_NOT_ALLOWED.value
+    return None
+
+
+def _with_value(item: MemoryItem, value: str) -> MemoryItem:
+    return MemoryItem(item.kind, item.key, value, item.source)
+
+
+def plan_round(
+    round_: RoundText,
+    existing: Sequence[MemoryItem],
+    candidates: Iterable[MemoryItem],
+    rules: MemoryRules,
+) -> MemoryWritePlan:
+    """The write plan of what an extractor proposes from ``round_``, whoever the extractor is
+    (the rules of this module, a chat model): one admission for all.
+
+    Each candidate is first written as the vocabulary spells it (``canonical_value``), then
+    refused, and counted by reason, if ``rules`` refuse it (personal data, an instruction,
+    bounds, provenance: ``MemoryRules.refusal``), if it is outside the vocabulary
+    (``vocabulary_refusal``), or if it is a product interest and the round's human message
+    states health information (``health_context``: no product is learnt from a pregnancy or
+    a diagnosis). A household candidate is merged into the stored summary
+    (``merge_household``), so one round's partial statement does not erase what an earlier
+    one said. The rest is ``rules.plan(existing, admitted)``, its refusals added to these."""
+    stored = next(
+        (i for i in existing if i.kind is MemoryKind.PROFILE and i.key == HOUSEHOLD_KEY), None
+    )
+    health: bool | None = None  # the human message is read only when a fact is proposed
+    refused: Counter[str] = Counter()
+    admitted: list[MemoryItem] = []
+    for candidate in candidates:
+        value = canonical_value(candidate.kind, candidate.key, candidate.value)
+        item = candidate if value is None else _with_value(candidate, value)
+        reason = rules.refusal(item) or vocabulary_refusal(item)
+        if reason is None and item.kind is MemoryKind.FACTS:
+            if health is None:
+                health = contains_health_data(round_.human)
+            if health:
+                reason = Refusal.HEALTH_CONTEXT.value
+        if reason is not None:
+            refused[reason] += 1
+            continue
+        if stored is not None and item.key == HOUSEHOLD_KEY:
+            item = _with_value(item, merge_household(stored.value, item.value))
+        admitted.append(item)
+    plan = rules.plan(existing, admitted)
+    return MemoryWritePlan(plan.puts, plan.deletes, plan.refused + refused)
 
 
 def extract_and_plan(
     round_: RoundText, existing: Sequence[MemoryItem], rules: MemoryRules
 ) -> MemoryWritePlan:
-    """``rules.plan(existing, extract_memory(round_))``, with one refinement: a household
-    candidate is merged into the stored household summary (``merge_household``) rather than
-    replacing it, so one round's partial statement does not erase what an earlier one said."""
-    stored = next(
-        (i for i in existing if i.kind is MemoryKind.PROFILE and i.key == HOUSEHOLD_KEY), None
-    )
-    candidates = extract_memory(round_)
-    if stored is not None:
-        candidates = [
-            MemoryItem(c.kind, c.key, merge_household(stored.value, c.value), c.source)
-            if c.kind is MemoryKind.PROFILE and c.key == HOUSEHOLD_KEY
-            else c
-            for c in candidates
-        ]
-    return rules.plan(existing, candidates)
+    """``plan_round(round_, existing, extract_memory(round_), rules)``: the rule extractor."""
+    return plan_round(round_, existing, extract_memory(round_), rules)

@@ -1,7 +1,13 @@
-"""Personal data that must never be remembered: national IDs, payment details, health.
+"""Personal data that must never be remembered: national IDs, payment details, health; and who
+a person is and how to reach them.
 
 This is the pure detector the memory rules call on every candidate (see ``memory``). It reports
 *where* personal data is (kind and span), never *what* it is: a hit holds no copy of the text.
+``find_personal_data`` finds the checked numbers and health information below;
+``find_identifying_data`` finds names, e-mail addresses, phone numbers, dates of birth,
+addresses, and national, passport and policy numbers, strictly, for short values such as a
+remembered item (its section says what counts); ``contains_health_data`` says whether a text
+states health information (the extractor learns no product from such a message).
 
 Checks (details, decisions and known limits in ``docs/pii.md``):
 
@@ -35,7 +41,9 @@ from stdnum.iso7064 import mod_97_10 as _mod_97_10
 __all__ = [
     "PersonalDataHit",
     "PersonalDataKind",
+    "contains_health_data",
     "contains_personal_data",
+    "find_identifying_data",
     "find_personal_data",
     "is_valid_iranian_national_id",
     "normalize_digits",
@@ -48,6 +56,16 @@ class PersonalDataKind(enum.StrEnum):
     PAYMENT_CARD = "payment_card"
     IBAN = "iban"
     HEALTH = "health"
+    # who a person is and how to reach them (``find_identifying_data``)
+    NAME = "name"
+    EMAIL = "email"
+    PHONE = "phone"
+    DATE_OF_BIRTH = "date_of_birth"
+    ADDRESS = "address"
+    NATIONAL_ID = "national_id"
+    """An ID number introduced as one (national ID, 身份证, کد ملی) that fails its check."""
+    PASSPORT = "passport"
+    POLICY_NUMBER = "policy_number"
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,7 +398,8 @@ _EN_CONDITIONS: Final = _words("""
     fractured, injured, paralysis, paralyzed, paralysed, coma, kidney stone, gallstone,
     appendicitis, hernia, cataract, glaucoma, hearing impairment, visual impairment,
     vision impairment, cognitive impairment, had covid, has covid, have covid, got covid,
-    caught covid, covid positive, tested positive
+    caught covid, covid positive, tested positive, blood sugar, high sugar, sugar is high,
+    sugar was high, sugar level, sugar problem
 """)
 _EN_SYMPTOMS: Final = _words("""
     symptom, headache, nausea, nauseous, vomiting, dizziness, dizzy, fever, cough, coughing,
@@ -492,7 +511,8 @@ _FA_CONDITIONS: Final = _words("""
     روماتوئید, لوپوس, کولیت, سلیاک, تیروئید, تیرویید, پوکی استخوان, اوتیسم, کم خونی, آنمی,
     تالاسمی, هموفیلی, چاقی مفرط, اگزما, پسوریازیس, میگرن, ناباروری, نازایی, آلرژی,
     کرونا گرفتم, کرونا گرفته, آنفولانزا, آنفلوآنزا, سرماخوردگی, سرما خوردگی, شکستگی, فلج,
-    قطع نخاع, سندروم داون, آپاندیس, سنگ کلیه, سنگ کیسه صفرا, کیست تخمدان, فتق, آب مروارید
+    قطع نخاع, سندروم داون, آپاندیس, سنگ کلیه, سنگ کیسه صفرا, کیست تخمدان, فتق, آب مروارید,
+    قندم, قندش, قند بالا
 """)
 _FA_SYMPTOMS: Final = _words("""
     سردرد, سر درد, کمردرد, کمر درد, زانو درد, گردن درد, دندان درد, معده درد, دل درد,
@@ -555,7 +575,7 @@ _ZH_CONDITIONS: Final = _words("""
     血友病, 肥胖症, 湿疹, 银屑病, 牛皮癣, 偏头痛, 不孕, 不育, 过敏, 肺炎, 支气管炎, 慢阻肺,
     痛风, 胃病, 胃炎, 胃溃疡, 结节, 囊肿, 息肉, 骨折, 瘫痪, 感冒, 新冠阳性, 感染新冠, 得了新冠,
     疾病, 重疾, 慢性病, 病史, 病情, 病历, 患有, 患了, 患上, 罹患, 患者, 病人, 生病, 病了, 得病,
-    确诊, 诊断出, 被诊断, 诊断为, 唐氏综合征, 结石, 阑尾炎, 增生, 得过新冠, 新冠感染
+    确诊, 诊断出, 被诊断, 诊断为, 唐氏综合征, 结石, 阑尾炎, 增生, 得过新冠, 新冠感染, 血糖
 """)
 _ZH_SYMPTOMS: Final = _words("""
     发烧, 咳嗽, 头痛, 头疼, 胸痛, 胸闷, 头晕, 呕吐, 失眠, 腰疼, 腰痛, 背痛, 疼痛, 呼吸困难,
@@ -710,6 +730,265 @@ def _health_hits(
 
 
 # ============================================================================================
+# Identity and contact details: who a person is and how to reach them
+#
+# ``find_identifying_data`` is for short values that should hold none of it (a remembered item):
+# it leans to refusing. Any of these counts:
+#
+# * name: a name phrase ("my name is", "call me Ali", اسم من / نام خانوادگی, 我叫 / 姓名), an
+#   honorific and a name (Mr. Rezaei, آقای رضایی, 王先生), or two or more capitalised words
+#   in a row ("Sara Ahmadi": memory's own values are lower case);
+# * email: an address with "@" and a dotted domain;
+# * phone: 7-15 digits (grouped by single spaces, dots or dashes, parentheses allowed) that
+#   start with "+" or "00", or "0" and run to 11-12 digits (10 when grouped), or are a Chinese
+#   mobile (1[3-9] + 9 digits), or read (555) 010-0199, or follow a phone word;
+# * date_of_birth: any full date (2026-03-12, 12/03/1985, 12 March 1985, March 12, 1985,
+#   ۲۱ اسفند ۱۳۶۴, 1985年3月12日): memory has no use for a date, and a date of birth is the
+#   one it must never keep; or a birth word and a year ("born in 1985", متولد ۱۳۶۴, 1985年出生);
+# * address: a house number and a street ("12 Baker Street"), a flat or P.O. box number, an
+#   address or postcode word, a UK postcode, خیابان / کوچه / پلاک / کد پستی / آدرس, 地址 /
+#   住址 / 邮编 / 88号 / 3单元;
+# * national_id / passport / policy_number: a number or code the nearest keyword before it
+#   (within ``_ID_WINDOW`` characters) names so (passport, گذرنامه, 护照; policy number,
+#   شماره بیمه‌نامه, 保单号; national id, کد ملی, 身份证 for numbers failing their check);
+#   without a keyword, a letter or two and 7-8 digits is a passport number, another code of
+#   letters and 6 or more digits a policy number.
+#
+# Every expression here is linear: no unbounded repetition nests another that can match the
+# same text, and windows are bounded (tests/unit/domain/test_linearity.py).
+# ============================================================================================
+
+_EMAIL_RE: Final = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+
+# A run of digit groups joined by one space, dot or dash (a group may sit in parentheses).
+_DIGIT_RUN_RE: Final = re.compile(
+    r"(?<![\w+(])(?:\+ ?)?\(?[0-9]+\)?(?:[ .-]\(?[0-9]+\)?)*(?![0-9a-z])"
+)
+# A code: letters then digits (E12345678, P2024000123), or letters, a dash, digits (POL-2024-1).
+_CODE_RE: Final = re.compile(r"(?<![0-9a-z])[a-z]{1,4}-?[0-9][0-9a-z]*(?:-[0-9a-z]+)*(?![0-9a-z])")
+_PASSPORT_SHAPE: Final = re.compile(r"[a-z]{1,2}[0-9]{7,8}")
+_NANP_SHAPE: Final = re.compile(r"\(?[0-9]{3}\)?[ .-][0-9]{3}[ .-][0-9]{4}")
+_CN_MOBILE: Final = re.compile(r"1[3-9][0-9]{9}")
+_ID_WINDOW: Final = 40
+_ID_WORDS: Final = {
+    "phone": (
+        "phone", "telephone", "tel", "mobile", "cell", "call", "whatsapp", "fax", "sms",
+        "contact number", "تلفن", "موبایل", "همراه", "شماره تماس", "تماس", "电话", "手机",
+        "联系方式", "联系电话",
+    ),
+    "passport": ("passport", "پاسپورت", "گذرنامه", "护照"),
+    "policy_number": (
+        "policy number", "policy no", "policy #", "policy", "member number", "membership",
+        "member id", "certificate number", "contract number", "شماره بیمه نامه",
+        "شماره بیمه", "بیمه نامه", "شماره قرارداد", "保单号", "保单", "合同号", "会员号",
+    ),
+    "national_id": (
+        "national id", "national code", "national number", "national insurance number",
+        "id number", "id card", "identity card", "ssn", "social security", "melli",
+        "کد ملی", "کدملی", "شماره ملی", "شماره شناسنامه", "身份证", "证件号",
+    ),
+    "address": (
+        "postcode", "post code", "postal code", "zip", "zip code", "کد پستی", "کدپستی",
+        "邮编", "邮政编码",
+    ),
+}  # fmt: skip
+_ID_WORD_RE: Final = re.compile(
+    "|".join(
+        f"(?P<{kind}>{_keyword_pattern(sorted(words, key=len, reverse=True))})"
+        for kind, words in _ID_WORDS.items()
+    )
+)
+
+
+def _nearest_id_word(low: str, start: int) -> str | None:
+    kind = None
+    for keyword in _ID_WORD_RE.finditer(low, max(0, start - _ID_WINDOW), start):
+        kind = keyword.lastgroup
+    return kind
+
+
+def _is_phone(run: str, digits: str) -> bool:
+    size = len(digits)
+    if not 7 <= size <= 15:
+        return False
+    grouped = any(c in run for c in " .-()")
+    return (
+        run.startswith("+")
+        or (digits.startswith("00") and size >= 11)
+        or (digits[0] == "0" and (size in (11, 12) or (size == 10 and grouped)))
+        or (size == 11 and _CN_MOBILE.fullmatch(digits) is not None)
+        or (size == 10 and _NANP_SHAPE.fullmatch(run) is not None)
+    )
+
+
+def _number_kind(low: str, start: int, run: str, digits: str) -> PersonalDataKind | None:
+    """The kind of the number or code ``run`` at ``start``, by its keyword, else its shape."""
+    keyword = _nearest_id_word(low, start)
+    size = len(digits)
+    if keyword == "phone" and 7 <= size <= 15:
+        return PersonalDataKind.PHONE
+    if keyword == "passport" and size >= 6:
+        return PersonalDataKind.PASSPORT
+    if keyword == "policy_number" and size >= 4:
+        return PersonalDataKind.POLICY_NUMBER
+    if keyword == "national_id" and size >= 8:
+        return PersonalDataKind.NATIONAL_ID
+    if keyword == "address" and size >= 4:
+        return PersonalDataKind.ADDRESS
+    if run.isdigit() or not run[0].isalpha():
+        return PersonalDataKind.PHONE if _is_phone(run, digits) else None
+    if _PASSPORT_SHAPE.fullmatch(run):
+        return PersonalDataKind.PASSPORT
+    if size >= 6:
+        return PersonalDataKind.POLICY_NUMBER
+    return None
+
+
+def _number_and_code_hits(low: str, hits: list[PersonalDataHit]) -> None:
+    for regex in (_DIGIT_RUN_RE, _CODE_RE):
+        for match in regex.finditer(low):
+            run = match.group()
+            digits = "".join(c for c in run if c.isdigit())
+            kind = _number_kind(low, match.start(), run, digits)
+            if kind is not None:
+                hits.append(PersonalDataHit(kind, *match.span()))
+
+
+# --- dates ----------------------------------------------------------------------------------
+
+_EN_MONTHS: Final = (
+    "january|february|march|april|may|june|july|august|september|october|november|december"
+    "|jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec"
+)
+_FA_MONTHS: Final = (
+    "فروردین|اردیبهشت|خرداد|تیر|مرداد|شهریور|مهر|آبان|ابان|آذر|اذر|دی|بهمن|اسفند"
+    "|ژانویه|فوریه|مارس|آوریل|اوریل|مه|ژوئن|ژوئیه|اوت|سپتامبر|اکتبر|نوامبر|دسامبر"
+)
+_DATE_RE: Final = re.compile(
+    # 1985-03-12, 1364/12/21
+    r"(?<![0-9])(?P<ymd>[0-9]{4})[/.-](?P<m1>[0-9]{1,2})[/.-](?P<d1>[0-9]{1,2})(?![0-9])"
+    # 12/03/1985, 03-12-85
+    r"|(?<![0-9])(?P<a>[0-9]{1,2})[/.-](?P<b>[0-9]{1,2})[/.-](?P<y>[0-9]{4}|[0-9]{2})(?![0-9])"
+    # 12 March 1985, 12th of March, 1985, March 12, 1985
+    rf"|(?<![0-9a-z])[0-9]{{1,2}}(?:st|nd|rd|th)?(?:\s+of)?\s+(?:{_EN_MONTHS})\.?,?\s+[0-9]{{4}}"
+    rf"(?![0-9])"
+    rf"|(?<![a-z])(?:{_EN_MONTHS})\.?\s+[0-9]{{1,2}}(?:st|nd|rd|th)?,?\s+[0-9]{{4}}(?![0-9])"
+    # ۲۱ اسفند ۱۳۶۴
+    rf"|(?<![0-9])[0-9]{{1,2}}\s*(?:{_FA_MONTHS})\s*(?:ماه\s*)?[0-9]{{4}}(?![0-9])"
+    # 1985年3月12日, 1985年3月
+    r"|(?<![0-9])[0-9]{2,4} *年 *[0-9]{1,2} *月(?: *[0-9]{1,2} *[日号])?"
+)
+_BIRTH_WORD_RE: Final = re.compile(
+    r"(?<![a-z])(?:born|birth|birthday|birthdate|dob|d\.o\.b)(?![a-z])"
+    r"|متولد|تولد|زادروز|出生|生日"
+)
+_YEAR_RE: Final = re.compile(r"(?<![0-9])(?:1[2-9][0-9]{2}|20[0-9]{2})(?![0-9])")
+_BIRTH_YEAR_REACH: Final = 24
+
+
+def _is_date(match: re.Match[str]) -> bool:
+    if match.group("ymd") is not None:
+        return 1 <= int(match.group("m1")) <= 12 and 1 <= int(match.group("d1")) <= 31
+    if match.group("a") is not None:
+        a, b = int(match.group("a")), int(match.group("b"))
+        return 1 <= a <= 31 and 1 <= b <= 31 and min(a, b) <= 12
+    return True
+
+
+def _date_hits(low: str, hits: list[PersonalDataHit]) -> None:
+    for match in _DATE_RE.finditer(low):
+        if _is_date(match):
+            hits.append(PersonalDataHit(PersonalDataKind.DATE_OF_BIRTH, *match.span()))
+    for word in _BIRTH_WORD_RE.finditer(low):
+        # a year just after the birth word ("born in 1985", متولد ۱۳۶۴) or just before it
+        # ("1985年出生")
+        after = _YEAR_RE.search(low, word.end(), word.end() + _BIRTH_YEAR_REACH)
+        if after is not None:
+            hits.append(PersonalDataHit(PersonalDataKind.DATE_OF_BIRTH, word.start(), after.end()))
+            continue
+        before = _YEAR_RE.search(low, max(0, word.start() - 8), word.start())
+        if before is not None:
+            hits.append(PersonalDataHit(PersonalDataKind.DATE_OF_BIRTH, before.start(), word.end()))
+
+
+# --- addresses ------------------------------------------------------------------------------
+
+_STREET_TYPES: Final = (
+    "street|st|road|rd|avenue|ave|lane|ln|drive|dr|boulevard|blvd|way|court|ct|place|pl|square"
+    "|sq|crescent|cres|close|terrace|highway|hwy|parkway|pkwy|alley|mews|gardens|grove"
+)
+_ADDRESS_RE: Final = re.compile(
+    # 12 Baker Street, 221b baker st
+    rf"(?<![0-9a-z])[0-9]{{1,5}}[a-z]?,?\s+(?:[a-z'.-]+\s+){{1,3}}?(?:{_STREET_TYPES})\.?"
+    r"(?![a-z])"
+    r"|(?<![a-z])(?:apartment|apt|flat|suite|unit)\.?\s?#?\s?[0-9]+"
+    r"|(?<![a-z])p\.?\s?o\.?\s+box\s+[0-9]+"
+    r"|(?<![a-z])(?:my address|address is|address:|home address|i live at|we live at|lives at"
+    r"|postcode|post code|postal code|zip code)(?![a-z])"
+    # a UK postcode: SW1A 1AA, NW1 6XE
+    r"|(?<![0-9a-z])[a-z]{1,2}[0-9][a-z0-9]? ?[0-9][a-z]{2}(?![0-9a-z])"
+    rf"|{_FA_BEFORE}(?:خیابان|کوچه|بلوار|بن *بست|پلاک|کد *پستی|نشانی|آدرس|ادرس)"
+    r"(?:ی|ها|های|م|مان)?"
+    rf"{_FA_AFTER}"
+    r"|地址|住址|邮编|邮政编码|门牌|(?<![0-9])[0-9]+ *(?:号楼|号院|号|室|单元|栋|幢)|小区|胡同"
+    r"|(?:路|街|大道|巷|弄) *[0-9]+"
+)
+
+# --- names ----------------------------------------------------------------------------------
+
+_NAME_RE: Final = re.compile(
+    # a name phrase: what follows is a name, whatever its case
+    r"(?i:(?<![a-z])(?:my|his|her|their|our)\s+(?:(?:full|first|last|given|family|maiden"
+    r"|middle)\s+)?name(?:\s+is|'s|\s*:))"
+    r"|(?i:(?<![a-z])(?:(?:full|first|last|given|family|maiden|middle)\s+name|surname"
+    r"|i\s+am\s+called|i'm\s+called)(?![a-z]))"
+    r"|(?i:(?<![a-z])name\s*:)"
+    # "call me Ali"; an honorific and a name
+    r"|(?i:(?<![a-z])call\s+me)\s+[A-Z][a-z'’-]+"
+    r"|(?<![A-Za-z])(?i:mr|mrs|ms|miss|mx|dr|prof|sir|madam)\.?\s+[A-Z][a-z'’-]+"
+    # two or more capitalised words in a row
+    r"|(?<![A-Za-z])[A-Z][a-z'’-]+(?:\s+[A-Z][a-z'’-]+)+(?![A-Za-z])"
+)
+_FA_NAME_RE: Final = re.compile(
+    rf"{_FA_BEFORE}(?:اسمم|اسم من|اسمش|اسم ایشان|نامم|نام من|نام خانوادگی|نام و نام خانوادگی"
+    r"|اسم و فامیل|فامیلی من|فامیلیم|فامیلم|اسم کوچک)"
+    rf"{_FA_AFTER}"
+    rf"|{_FA_BEFORE}(?:نام|اسم) *:"
+    rf"|{_FA_BEFORE}(?:آقای|اقای|خانم|جناب|سرکار)\s+{_FA_LETTER}"
+)
+_ZH_NAME_RE: Final = re.compile(
+    r"我叫|我的名字|名字是|名字叫|姓名|本人姓|我姓|叫我|全名|真名"
+    r"|(?![我你他她您它的和与跟位个老小])[\u4e00-\u9fff](?:先生|女士|小姐)"
+)
+
+
+def _name_hits(text: str, low: str, hits: list[PersonalDataHit]) -> None:
+    # capitals tell English names: the original text, not the folded one
+    for match in _NAME_RE.finditer(text):
+        hits.append(PersonalDataHit(PersonalDataKind.NAME, *match.span()))
+    if _FA_SCRIPT.search(low):
+        for match in _FA_NAME_RE.finditer(low):
+            hits.append(PersonalDataHit(PersonalDataKind.NAME, *match.span()))
+    if _ZH_SCRIPT.search(low):
+        for match in _ZH_NAME_RE.finditer(low):
+            hits.append(PersonalDataHit(PersonalDataKind.NAME, *match.span()))
+
+
+def _identifying_hits(text: str, low: str, hits: list[PersonalDataHit]) -> None:
+    if "@" in low:
+        hits.extend(
+            PersonalDataHit(PersonalDataKind.EMAIL, *m.span()) for m in _EMAIL_RE.finditer(low)
+        )
+    if _ANY_DIGIT.search(low):
+        _number_and_code_hits(low, hits)
+        _date_hits(low, hits)
+    hits.extend(
+        PersonalDataHit(PersonalDataKind.ADDRESS, *m.span()) for m in _ADDRESS_RE.finditer(low)
+    )
+    _name_hits(text, low, hits)
+
+
+# ============================================================================================
 # Public entry points
 # ============================================================================================
 
@@ -725,12 +1004,36 @@ def find_personal_data(text: str) -> list[PersonalDataHit]:
         _iban_hits(low, found)
         _number_hits(low, found)
     _health_hits(text, low, found)
+    return _disjoint(found)
+
+
+def _disjoint(found: list[PersonalDataHit]) -> list[PersonalDataHit]:
+    """``found`` ordered by start, overlaps dropped (the earlier, then the longer one kept)."""
     found.sort(key=lambda hit: (hit.start, -hit.end))
     result: list[PersonalDataHit] = []
     for hit in found:
         if not result or hit.start >= result[-1].end:
             result.append(hit)
     return result
+
+
+def find_identifying_data(text: str) -> list[PersonalDataHit]:
+    """Names, e-mail addresses, phone numbers, dates (of birth), addresses, and national,
+    passport and policy numbers in ``text``, ordered by start, overlaps dropped; spans index
+    ``text``. Strict, for short values that should hold none (a remembered item): see the
+    section's comment for what counts."""
+    low = _fold(text)
+    found: list[PersonalDataHit] = []
+    _identifying_hits(text, low, found)
+    return _disjoint(found)
+
+
+def contains_health_data(text: str) -> bool:
+    """Whether ``text`` states health information (the health lexicon above; stops at the
+    first finding)."""
+    found: list[PersonalDataHit] = []
+    _health_hits(text, _fold(text), found, first_only=True)
+    return bool(found)
 
 
 def contains_personal_data(text: str) -> bool:

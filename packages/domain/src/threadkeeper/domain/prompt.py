@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -62,9 +62,64 @@ class DocumentChunk:
     text: str
 
 
-_DOCUMENTS_BLOCK: Final = re.compile(r"<documents\b[^>]*>(.*?)</documents\s*>", re.DOTALL)
-_DOC: Final = re.compile(r"<doc\b([^>]*)>(.*?)</doc\s*>", re.DOTALL)
-_ATTRIBUTE: Final = re.compile(r'([A-Za-z_][\w.:-]*)\s*=\s*"([^"]*)"')
+# The elements are read as the regular expressions ``<documents\b[^>]*>(.*?)</documents\s*>``
+# and ``<doc\b([^>]*)>(.*?)</doc\s*>`` (DOTALL) and the attributes as
+# ``([A-Za-z_][\w.:-]*)\s*=\s*"([^"]*)"`` would read them (finditer, findall), but in one pass:
+# those expressions scan the rest of the text again from every opening that is never closed,
+# and from every letter of a name that is never given a value (a 32 KiB prompt of "<doc "
+# took a second, one long attribute name six; issue 6's review).
+_WORD_CHAR: Final = re.compile(r"\w")
+_CLOSE_END: Final = re.compile(r"\s*>")
+_NAME_RUN: Final = re.compile(r"[\w.:-]+")
+_VALUE: Final = re.compile(r'\s*=\s*"([^"]*)"')
+_NAME_START: Final = re.compile(r"[A-Za-z_]")
+
+
+def _elements(text: str, name: str) -> Iterator[tuple[str, str]]:
+    r"""(attributes, content) of each ``<name …>…</name>`` in ``text``, as
+    ``<name\b([^>]*)>(.*?)</name\s*>`` finds them, in time linear in ``text``."""
+    opening, closing = "<" + name, "</" + name
+    gt = -1  # the first ">" at or after the last tag's name: the same for every later tag
+    close: tuple[int, int] | None = None  # the first closing tag at or after some position
+    pos = 0
+    while (start := text.find(opening, pos)) >= 0:
+        head = start + len(opening)
+        if _WORD_CHAR.match(text, head):  # not a word boundary: "<documents" is no "<doc"
+            pos = start + 1
+            continue
+        if gt < head and (gt := text.find(">", head)) < 0:
+            return  # no tag from here on has its ">"
+        body = gt + 1
+        if close is None or close[0] < body:
+            close = _closing(text, closing, body)
+            if close is None:
+                return  # no tag from here on is closed
+        yield text[head:gt], text[body : close[0]]
+        pos = close[1]
+
+
+def _closing(text: str, closing: str, pos: int) -> tuple[int, int] | None:
+    r"""The span of the first ``</name\s*>`` at or after ``pos``."""
+    while (start := text.find(closing, pos)) >= 0:
+        end = _CLOSE_END.match(text, start + len(closing))
+        if end is not None:
+            return start, end.end()
+        pos = start + 1
+    return None
+
+
+def _attributes(text: str) -> Iterator[tuple[str, str]]:
+    r"""(name, value) pairs as ``([A-Za-z_][\w.:-]*)\s*=\s*"([^"]*)"`` finds them: a name is
+    the rest of a run of name characters from its first letter, so a run is read once."""
+    pos = 0
+    while (run := _NAME_RUN.search(text, pos)) is not None:
+        value = _VALUE.match(text, run.end())
+        first = _NAME_START.search(text, run.start(), run.end())
+        if value is not None and first is not None:
+            yield text[first.start() : run.end()], value.group(1)
+            pos = value.end()
+        else:
+            pos = run.end()
 
 
 def parse_documents(text: str) -> list[DocumentChunk]:
@@ -73,9 +128,9 @@ def parse_documents(text: str) -> list[DocumentChunk]:
     the ``chunk_id`` before ``#``."""
     chunks: list[DocumentChunk] = []
     seen: set[str] = set()
-    for block in _DOCUMENTS_BLOCK.finditer(text):
-        for doc in _DOC.finditer(block.group(1)):
-            attributes = {k: html.unescape(v) for k, v in _ATTRIBUTE.findall(doc.group(1))}
+    for _, block in _elements(text, "documents"):
+        for attributes_text, content in _elements(block, "doc"):
+            attributes = {k: html.unescape(v) for k, v in _attributes(attributes_text)}
             chunk_id = attributes.get("chunk_id", "")
             if not chunk_id or chunk_id in seen:
                 continue
@@ -85,7 +140,7 @@ def parse_documents(text: str) -> list[DocumentChunk]:
                     chunk_id=chunk_id,
                     doc_id=attributes.get("doc_id") or chunk_id.split("#", 1)[0],
                     title=attributes.get("title", ""),
-                    text=html.unescape(doc.group(2)).strip(),
+                    text=html.unescape(content).strip(),
                 )
             )
     return chunks
