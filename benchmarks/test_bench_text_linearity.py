@@ -30,7 +30,6 @@ products' bare-topic check, 0.22 s).
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,8 +42,8 @@ from tests.unit.domain.adversarial import (
     LARGE,
     SMALL,
     Adversary,
-    Rule,
     all_rules,
+    cpu_seconds,
 )
 from threadkeeper.domain.text import fold
 
@@ -86,17 +85,6 @@ def linear_pass(texts: list[str]) -> int:
     return total
 
 
-def cpu_per_call(rule: Rule, text: str, floor: float) -> float:
-    calls = 0
-    start = time.process_time()
-    while True:
-        rule(text)
-        calls += 1
-        spent = time.process_time() - start
-        if spent >= floor:
-            return spent / calls
-
-
 def growths(lang: str, tries: int) -> list[tuple[float, str, str, float]]:
     """(growth, rule, input, CPU ms at 32 KiB) of every rule taking ``GROWTH_FLOOR`` or more at
     32 KiB on an input of ``lang``, best of ``tries`` alternate measurements at each size."""
@@ -105,13 +93,13 @@ def growths(lang: str, tries: int) -> list[tuple[float, str, str, float]]:
     for adversary in adversaries:
         large, small = adversary.text(LARGE), adversary.text(SMALL)
         for name, rule in RULES.items():
-            at_large = cpu_per_call(rule, large, 0.0)
+            at_large = cpu_seconds(rule, large)
             if at_large < GROWTH_FLOOR:
                 continue
             at_small = float("inf")
             for _ in range(tries):  # alternately, so that a busy spell hits both sizes
-                at_small = min(at_small, cpu_per_call(rule, small, 0.005))
-                at_large = min(at_large, cpu_per_call(rule, large, 0.0))
+                at_small = min(at_small, cpu_seconds(rule, small, floor=0.005))
+                at_large = min(at_large, cpu_seconds(rule, large))
             found.append((at_large / at_small, name, adversary.id, round(at_large * 1e3, 2)))
     return sorted(found, reverse=True)
 

@@ -13,6 +13,7 @@ serve the unit test (``test_linearity.py``: a generous bound at 32 KiB) and the 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -202,3 +203,16 @@ def app_rules() -> dict[str, Rule]:
 
 def all_rules() -> dict[str, Rule]:
     return {**domain_rules(), **app_rules()}
+
+
+def cpu_seconds(rule: Callable[[str], object], text: str, *, floor: float = 0.0) -> float:
+    """CPU seconds per call of ``rule`` on ``text``, over enough calls to take ``floor``
+    seconds (process time: other processes on the machine do not count)."""
+    calls = 0
+    start = time.process_time()
+    while True:
+        rule(text)
+        calls += 1
+        spent = time.process_time() - start
+        if spent >= floor:
+            return spent / calls

@@ -18,12 +18,18 @@ tighter gate.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 
-from tests.unit.domain.adversarial import ADVERSARIES, LARGE, SMALL, Adversary, all_rules
+from tests.unit.domain.adversarial import (
+    ADVERSARIES,
+    LARGE,
+    SMALL,
+    Adversary,
+    all_rules,
+    cpu_seconds,
+)
 
 QUICK = 0.010
 """Seconds of CPU at 32 KiB under which a rule is not examined further."""
@@ -33,18 +39,6 @@ CEILING = 1.0
 """Seconds of CPU at 32 KiB, whatever the growth."""
 
 RULES = all_rules()
-
-
-def cpu_seconds(rule: Callable[[str], object], text: str, *, floor: float = 0.0) -> float:
-    """CPU seconds per call, over enough calls to take ``floor`` seconds."""
-    calls = 0
-    start = time.process_time()
-    while True:
-        rule(text)
-        calls += 1
-        spent = time.process_time() - start
-        if spent >= floor:
-            return spent / calls
 
 
 def best(rule: Callable[[str], object], text: str, *, floor: float = 0.0, tries: int = 3) -> float:
