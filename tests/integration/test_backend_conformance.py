@@ -9,9 +9,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from redis.asyncio import Redis
 
-from tests.support.mysql import fresh_database
 from tests.support.postgres import fresh_schema
-from tests.support.redis_stack import PrivateRedis, private_redis
+from tests.support.redis_stack import PrivateRedis
 from threadkeeper.adapters.postgres import PROFILE as POSTGRES
 from threadkeeper.adapters.postgres.settings import PostgresSettings
 from threadkeeper.adapters.profile import Backend
@@ -73,20 +72,9 @@ async def test_a_postgres_round_asks_for_its_session_once_per_connection(postgre
         assert 1 <= len(asked) <= connections < 4, (len(asked), connections)
 
 
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[PrivateRedis]:
-    with private_redis() as server:
-        yield server
-
-
 class RedisMysqlOpened:
     """``open_backend``: redis-mysql on a fresh MariaDB database and the flushed private
     Redis Stack."""
-
-    @pytest.fixture
-    def mysql(self) -> Iterator[str]:
-        with fresh_database() as url:
-            yield url
 
     @pytest.fixture
     async def open_backend(self, redis_server: PrivateRedis, mysql: str) -> AsyncIterator[Backend]:

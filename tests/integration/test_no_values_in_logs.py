@@ -4,15 +4,15 @@ MariaDB's ``Duplicate entry '…'`` included."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
 from redis.asyncio import Redis
 
 from tests.support.log_values import Marked, assert_nowhere, failing_statements, record_everything
-from tests.support.mysql import fresh_database, query
-from tests.support.redis_stack import PrivateRedis, private_redis
+from tests.support.mysql import query
+from tests.support.redis_stack import PrivateRedis
 from threadkeeper.adapters.postgres import PostgresBackend, open_postgres
 from threadkeeper.adapters.redis_mysql import RedisMysqlBackend, open_redis_mysql
 
@@ -23,18 +23,6 @@ pytestmark = pytest.mark.integration
 async def postgres(url: str) -> AsyncIterator[PostgresBackend]:
     async with open_postgres(url) as opened:
         yield opened
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[PrivateRedis]:
-    with private_redis() as server:
-        yield server
-
-
-@pytest.fixture
-def mysql() -> Iterator[str]:
-    with fresh_database() as url:
-        yield url
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from sqlalchemy.exc import DBAPIError
 
 from tests.support.mysql import fresh_database, query
-from tests.support.redis_stack import PrivateRedis, private_redis
+from tests.support.redis_stack import PrivateRedis
 from threadkeeper.adapters.redis_mysql import (
     RedisMysqlBackend,
     RedisRunLock,
@@ -44,18 +44,6 @@ from threadkeeper.domain.transcript import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[PrivateRedis]:
-    with private_redis() as server:
-        yield server
-
-
-@pytest.fixture
-def mysql() -> Iterator[str]:
-    with fresh_database() as url:
-        yield url
 
 
 @pytest.fixture

@@ -27,7 +27,6 @@ from sqlalchemy import select, update
 
 from tests.support.mysql import fresh_database
 from tests.support.postgres import fresh_schema
-from tests.support.redis_stack import PrivateRedis, private_redis
 from tests.support.scripted_model import ScriptedChatModel
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.adapters.sql import run_records, run_texts
@@ -50,12 +49,6 @@ QUESTIONS = [
     "What is the waiting period for maternity cover?",
     "Can I add my spouse to my health insurance?",
 ]
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[PrivateRedis]:
-    with private_redis() as server:
-        yield server
 
 
 @pytest.fixture(params=["embedded", "postgres", "redis-mysql"])

@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from tests.support.mysql import fresh_database
 from tests.support.postgres import fresh_schema
-from tests.support.redis_stack import PrivateRedis, private_redis
+from tests.support.redis_stack import PrivateRedis
 from threadkeeper.adapters.embedded import open_embedded
 from threadkeeper.adapters.postgres.backend import PostgresBackend, open_postgres
 from threadkeeper.adapters.redis_mysql.backend import RedisMysqlBackend, open_redis_mysql
@@ -84,12 +84,6 @@ async def test_postgres_weighs_a_thread_on_indexes_only(postgres: PostgresBacken
     usage = await postgres.storage_usage(key)
     assert usage.checkpoints > 0
     assert usage.messages > 0
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[PrivateRedis]:
-    with private_redis() as server:
-        yield server
 
 
 @pytest.fixture

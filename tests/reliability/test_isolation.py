@@ -11,11 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_backend_conformance import (
-    PostgresOpened,
-    RedisMysqlOpened,
-    redis_server,  # noqa: F401 (fixture)
-)
+from tests.integration.conftest import mysql, redis_server  # noqa: F401 (fixtures)
+from tests.integration.test_backend_conformance import PostgresOpened, RedisMysqlOpened
 from tests.reliability.conftest import FULL, Measure
 from threadkeeper.adapters.embedded import PROFILE as EMBEDDED
 from threadkeeper.adapters.embedded.settings import EmbeddedSettings
