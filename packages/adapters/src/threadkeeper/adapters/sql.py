@@ -600,14 +600,9 @@ async def user_fence(conn: AsyncConnection, tenant_id: str, user_id: str) -> Non
     """
     key = {"tenant_id": tenant_id, "user_id": user_id}
     # insert, or rewrite the row as it is: either way the row is this transaction's now
-    await conn.execute(*_keep_fence(conn, key))
+    await conn.execute(_fence_upsert(conn.dialect.name), key)
     if (await conn.execute(_ERASING, key)).scalar():
         raise ClaimLost(USER_BEING_ERASED)
-
-
-def _keep_fence(conn: AsyncConnection, key: dict[str, str]) -> tuple[Any, dict[str, Any]]:
-    statement = _fence_upsert(conn.dialect.name)
-    return statement, key
 
 
 @functools.cache
