@@ -17,6 +17,7 @@ thread, error rates) into ``extra_info`` — the report prints them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import uuid
@@ -149,11 +150,17 @@ class ServiceSize:
     """Sequential arms start a new thread every this many runs (a short chat)."""
     concurrency: tuple[int, ...]
     runs_per_worker: int
+    """Throughput: runs per client and window; the first and last ``concurrency`` runs to end
+    are the ramp, not measured (``service_support.concurrent_window``): at least 3."""
     rounds: int
     """Interleaved windows per arm at each concurrency."""
     turns: int
     turn_marks: tuple[int, ...]
     turn_threads: int
+    peer_sweep: bool = False
+    """Throughput: the Agent Server's ``agent`` graph at every setting of
+    ``service_support.PEER_SWEEP``, or at those of ``PEER_REDUCED``; its fastest at each
+    concurrency is the baseline."""
 
 
 SERVICE_SIZES = {
@@ -163,7 +170,7 @@ SERVICE_SIZES = {
         peer_sequential_runs=4,
         turns_per_thread=5,
         concurrency=(20,),
-        runs_per_worker=2,
+        runs_per_worker=4,
         rounds=3,
         turns=50,
         turn_marks=(5, 50),
@@ -176,18 +183,28 @@ SERVICE_SIZES = {
         peer_sequential_runs=30,
         turns_per_thread=5,
         concurrency=(5, 10, 20, 40),
-        runs_per_worker=4,
+        runs_per_worker=6,
         rounds=5,
         turns=200,
         turn_marks=(10, 50, 100, 200),
         turn_threads=3,
+        peer_sweep=True,
     ),
 }
 
 
 @pytest.fixture(scope="session")
 def service_size(size: BenchSize) -> ServiceSize:
-    return SERVICE_SIZES[size.name]
+    """The size's service arms; ``THREADKEEPER_BENCH_CONCURRENCY`` (e.g. ``20``, or ``10,20``)
+    narrows their concurrency levels (the peer's sweep at one level, without the whole full
+    run)."""
+    chosen = SERVICE_SIZES[size.name]
+    levels = os.environ.get("THREADKEEPER_BENCH_CONCURRENCY", "").strip()
+    if levels:
+        chosen = dataclasses.replace(
+            chosen, concurrency=tuple(int(level) for level in levels.split(","))
+        )
+    return chosen
 
 
 @pytest.fixture(scope="session")

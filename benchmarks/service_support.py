@@ -60,6 +60,38 @@ PEER_ENV = {
 }
 
 
+@dataclass(frozen=True)
+class PeerSetting:
+    """One setting of the Agent Server's throughput knobs: ``--n-jobs-per-worker`` (runs its
+    in-memory queue executes at once; ``langgraph dev --help``: default 10) and
+    ``BG_JOB_ISOLATED_LOOPS`` (each run on an event loop of its own thread; off by default)."""
+
+    jobs: int
+    isolated_loops: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"jobs {self.jobs}" + (", isolated loops" if self.isolated_loops else "")
+
+
+PEER_BEST = PeerSetting(jobs=5)
+"""The setting the sweep found best at concurrency 20 (docs/benchmarks.md, "The peer at its
+best": 67.8 runs/s at 5 jobs, 55.6 at 2, 51.1 at 1, 48.4 at 10, 29.7 at 10 with isolated
+loops, 17.8 at 20, 2026-12-07; issue 28 had measured 10 best, 5 second): its sequential arms
+and ``echo`` run at it."""
+PEER_REDUCED = (PeerSetting(5), PeerSetting(10))
+"""The reduced run's throughput arms of the peer: the two best of the sweeps on record (the
+faster of the two in the run is the baseline)."""
+PEER_SWEEP = (
+    PeerSetting(1),
+    PeerSetting(2),
+    PeerSetting(5),
+    PeerSetting(10),
+    PeerSetting(20),
+    PeerSetting(10, isolated_loops=True),
+)
+
+
 def question(i: int) -> str:
     return QUESTIONS[i % len(QUESTIONS)]
 
@@ -229,11 +261,12 @@ def start_threadkeeper(
     work: Path,
     sink: ServerProcess,
     extra_env: dict[str, str] | None = None,
+    name: str | None = None,
 ) -> ServerProcess:
     """``threadkeeper serve`` as the benchmarks run it (``threadkeeper_env``), ``extra_env``
-    over that."""
+    over that; ``name`` (default: the profile) names its data directory."""
     port = free_port()
-    data_dir = work / f"data-{profile}"
+    data_dir = work / f"data-{name or profile}"
     data_dir.mkdir(exist_ok=True)
     server = _spawn(
         f"threadkeeper-{profile}",
@@ -255,15 +288,16 @@ def start_threadkeeper(
     return server
 
 
-def start_peer(work: Path, jobs: int) -> ServerProcess:
-    """``langgraph dev`` on loopback: no browser, no reload, no file persistence, no tracing."""
+def start_peer(work: Path, setting: PeerSetting) -> ServerProcess:
+    """``langgraph dev`` on loopback at ``setting``: no browser, no reload, no file
+    persistence, no tracing."""
     langgraph = Path(sys.executable).parent / "langgraph"
     if not langgraph.exists():
         found = shutil.which("langgraph")
         if found is None:
             raise RuntimeError("langgraph-cli is not installed: use the bench group (tox -e bench)")
         langgraph = Path(found)
-    peer = work / "peer"
+    peer = work / f"peer-{setting.jobs}{'-isolated' if setting.isolated_loops else ''}"
     peer.mkdir(exist_ok=True)
     graphs = PEER_DIR / "graphs.py"
     config = {  # graph paths are resolved against the working directory: make them absolute
@@ -273,7 +307,7 @@ def start_peer(work: Path, jobs: int) -> ServerProcess:
     (peer / "langgraph.json").write_text(json.dumps(config), encoding="utf-8")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_"))}
-    env.update(PEER_ENV)
+    env.update(PEER_ENV, BG_JOB_ISOLATED_LOOPS=str(setting.isolated_loops).lower())
     server = _spawn(
         "agent-server",
         [
@@ -286,7 +320,7 @@ def start_peer(work: Path, jobs: int) -> ServerProcess:
             "--port",
             str(port),
             "--n-jobs-per-worker",
-            str(jobs),
+            str(setting.jobs),
             "--server-log-level",
             "WARNING",
             "--config",
@@ -383,9 +417,11 @@ class AgentServerHttp(Target):
     kind = "agent-server"
     profile = "in-memory"
 
-    def __init__(self, client: httpx.AsyncClient, server: ServerProcess, graph: str) -> None:
-        self.client, self.server, self.graph = client, server, graph
-        self.name = f"Agent Server `{graph}` graph"
+    def __init__(
+        self, client: httpx.AsyncClient, server: ServerProcess, graph: str, setting: PeerSetting
+    ) -> None:
+        self.client, self.server, self.graph, self.setting = client, server, graph, setting
+        self.name = f"Agent Server `{graph}` graph ({setting.label})"
         self.pid = server.pid
 
     async def new_thread(self) -> str:
@@ -595,14 +631,26 @@ class Fleet:
         self._databases[key] = servers
         return servers
 
-    def threadkeeper(self, profile: str) -> Target:
-        key = f"http-{profile}"
+    def threadkeeper(self, profile: str, *, sampled: float | None = None) -> Target:
+        """``serve`` on ``profile``, tracing every run — or, with ``sampled``, that share of
+        them, by OpenTelemetry's own variables (``OTEL_TRACES_SAMPLER=
+        parentbased_traceidratio``, ``OTEL_TRACES_SAMPLER_ARG``)."""
+        key = f"http-{profile}" + ("" if sampled is None else f"-sampled-{sampled:g}")
         if key not in self._targets:
+            extra = None
+            if sampled is not None:
+                extra = {
+                    "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                    "OTEL_TRACES_SAMPLER_ARG": f"{sampled:g}",
+                }
             server = start_threadkeeper(
-                profile, self._database(key, profile), self.work, self._sink()
+                profile, self._database(key, profile), self.work, self._sink(), extra, key
             )
             self._servers[key] = server
-            self._targets[key] = ThreadkeeperHttp(self.client, server, profile)
+            target = ThreadkeeperHttp(self.client, server, profile)
+            if sampled is not None:
+                target.name = f"threadkeeper HTTP ({profile}, traces sampled {sampled:.0%})"
+            self._targets[key] = target
         return self._targets[key]
 
     def in_process(self, profile: str) -> Target:
@@ -613,12 +661,15 @@ class Fleet:
             self._targets[key] = self.run(self._open_in_process(profile, servers))
         return self._targets[key]
 
-    def agent_server(self, graph: str) -> Target:
-        key = f"peer-{graph}"
+    def agent_server(self, graph: str, setting: PeerSetting = PEER_BEST) -> Target:
+        """The Agent Server serving ``graph``, one process per setting."""
+        server_key = f"peer {setting.label}"
+        key = f"{server_key} {graph}"
         if key not in self._targets:
-            if "peer" not in self._servers:
-                self._servers["peer"] = start_peer(self.work, jobs=self.max_concurrency)
-            self._targets[key] = AgentServerHttp(self.client, self._servers["peer"], graph)
+            if server_key not in self._servers:
+                self._servers[server_key] = start_peer(self.work, setting)
+            server = self._servers[server_key]
+            self._targets[key] = AgentServerHttp(self.client, server, graph, setting)
         return self._targets[key]
 
     def _install_tracing(self) -> None:
@@ -746,10 +797,24 @@ async def concurrent_window(
     arm: ArmSamples, concurrency: int, runs_per_worker: int, stream: bool
 ) -> None:
     """``concurrency`` workers, each on its own new thread, ``runs_per_worker`` runs each;
-    one sample: the window's wall time ÷ its runs (time per run)."""
+    one sample: the time per run **while saturated** — from the ``concurrency``-th run's end to
+    the ``concurrency``-th from last's, ÷ the runs that ended in between (the ramp up and down
+    are not measured: a server whose queue sleeps when idle, as the Agent Server's does for up
+    to a second, is not charged for waking up in each window). CPU is taken over the same
+    span."""
+    if runs_per_worker < 3:
+        raise ValueError("a saturated window needs at least 3 runs per worker")
     threads = [await arm.target.new_thread() for _ in range(concurrency)]
     latencies: list[float] = []
     ttfts: list[float] = []
+    total = concurrency * runs_per_worker
+    first, last = concurrency, total - concurrency  # the ends that open and close the span
+    marks: dict[int, tuple[float, float]] = {}  # end index -> (clock, server CPU)
+
+    def ended() -> None:
+        index = len(latencies)
+        if index in (first, last):
+            marks[index] = (time.perf_counter(), arm.target.cpu())
 
     async def worker(thread: str, w: int) -> None:
         for i in range(runs_per_worker):
@@ -757,26 +822,26 @@ async def concurrent_window(
             latencies.append(timing.latency)
             if timing.ttft is not None:
                 ttfts.append(timing.ttft)
+            ended()
 
     if arm.failure is not None:
         return
-    cpu = arm.target.cpu()
-    started = time.perf_counter()
     outcomes = await asyncio.gather(
         *(worker(t, w) for w, t in enumerate(threads)), return_exceptions=True
     )
-    wall = time.perf_counter() - started
     failed = [o for o in outcomes if isinstance(o, BaseException)]
     if failed:
         if arm.target.kind == "threadkeeper":
             raise failed[0]
-        first = " ".join(f"{type(failed[0]).__name__}: {failed[0]}".split())[:160]
+        first_error = " ".join(f"{type(failed[0]).__name__}: {failed[0]}".split())[:160]
         arm.failure = (
-            f"{len(failed)} of {concurrency} clients failed at concurrency {concurrency}: {first}"
+            f"{len(failed)} of {concurrency} clients failed at concurrency {concurrency}: "
+            f"{first_error}"
         )
         return
-    runs = concurrency * runs_per_worker
-    arm.cpu += arm.target.cpu() - cpu
+    runs = last - first
+    wall = marks[last][0] - marks[first][0]
+    arm.cpu += marks[last][1] - marks[first][1]
     arm.rss = max(arm.rss, arm.target.rss())
     arm.runs += runs
     arm.wall += wall

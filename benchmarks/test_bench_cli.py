@@ -19,6 +19,8 @@ is one run with ``PYTHONDONTWRITEBYTECODE=1`` and no cache, as every run is wher
 from __future__ import annotations
 
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,15 @@ USER = "bench-user"
 THREAD = "t-1"
 TARGET_SECONDS = 2.0
 ROUNDS = {"reduced": 3, "full": 10}
+INTERLEAVED_ROUNDS = {"reduced": 5, "full": 10}
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 QUESTIONS = (
     "Is dental treatment covered by my health insurance?",
     "Please give me the full details of the dental cover",
@@ -185,12 +196,16 @@ def _ratio_name(arm: str) -> str:
 def test_cli_commands_interleaved(  # type: ignore[no-untyped-def]
     benchmark, stored: tuple[Path, str], bytecode_cache: Path, size: BenchSize
 ) -> None:
-    """The gates: each command's time ÷ the baseline's, the four processes taking turns.
+    """The gates: each command's CPU time ÷ the baseline's, the four processes taking turns.
 
     The per-command tests above time each arm's rounds back to back, minutes apart from the
     baseline's, so their ratios also measure what else the machine did meanwhile (doctor ran
     at 0.60–0.91× in six runs against a gate of 0.95); here round *r* of every arm runs before
-    round *r + 1* of any, the order rotating, and each ratio is of the arms' mean times.
+    round *r + 1* of any, the order rotating. Each gated ratio is of the arms' median CPU
+    time (the command process's user + system, ``RUSAGE_CHILDREN``): a start-up is CPU work,
+    and a busy spell of the machine delays it without adding to it — the ratio of mean wall
+    times read 0.898 against a gate of 0.8 in one CI run where it is ~0.62. The wall-time
+    ratios are reported beside them (``*_wall_over_before``).
     """
     data, run_id = stored
     env = _environment(data, bytecode_cache)
@@ -199,22 +214,28 @@ def test_cli_commands_interleaved(  # type: ignore[no-untyped-def]
     for run in runs.values():  # warm: the bytecode cache and the page cache
         run()
     spent: dict[str, list[float]] = {arm: [] for arm in names}
+    cpu: dict[str, list[float]] = {arm: [] for arm in names}
 
     def rounds() -> None:
-        for r in range(ROUNDS[size.name]):
+        for r in range(INTERLEAVED_ROUNDS[size.name]):
             for k in range(len(names)):
                 arm = names[(r + k) % len(names)]
+                before = _children_cpu()
                 started = time.perf_counter()
                 runs[arm]()
                 spent[arm].append(time.perf_counter() - started)
+                cpu[arm].append(_children_cpu() - before)
 
     benchmark.group = "operator commands on embedded, interleaved"
     benchmark.pedantic(rounds, rounds=1, iterations=1)
-    mean = {arm: sum(times) / len(times) for arm, times in spent.items()}
+    wall = {arm: statistics.median(times) for arm, times in spent.items()}
+    work = {arm: statistics.median(times) for arm, times in cpu.items()}
     benchmark.extra_info.update(
         role="threadkeeper",
-        rounds=ROUNDS[size.name],
-        **{f"{_short(arm)}_s": round(mean[arm], 3) for arm in names},
-        **{_ratio_name(arm): round(mean[arm] / mean[BEFORE], 3) for arm in GATES},
+        rounds=INTERLEAVED_ROUNDS[size.name],
+        **{f"{_short(arm)}_s": round(wall[arm], 3) for arm in names},
+        **{f"{_short(arm)}_cpu_s": round(work[arm], 3) for arm in names},
+        **{f"{_short(arm)}_wall_over_before": round(wall[arm] / wall[BEFORE], 3) for arm in GATES},
+        **{_ratio_name(arm): round(work[arm] / work[BEFORE], 3) for arm in GATES},
         gate_max={_ratio_name(arm): bound for arm, bound in GATES.items()},
     )

@@ -12,6 +12,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from tests.api.conftest import TENANT, USER, AppFactory, parse_sse, run
+from tests.support.followups import asettled_memory
 from threadkeeper.domain.retention import SweepReport
 
 Client = AsyncTestClient[Litestar]
@@ -341,8 +342,8 @@ async def test_escalation_in_three_languages(client: Client, text: str) -> None:
 
 async def test_memory_is_remembered_across_threads_then_reset(client: Client) -> None:
     await run(client, thread(), "I have two kids. Does my health insurance cover dental care?")
-    memory = (await client.get(f"/v1/users/{USER}/memory")).json()
-    assert set(memory) == {"profile", "facts"}
+    memory = await asettled_memory(client, USER)  # written after the answer: waited for
+    assert set(memory) == {"profile", "facts", "pending"}
     keys = {item["key"] for item in memory["profile"]}
     assert "language" in keys
     assert memory["facts"], "the product asked about is remembered"
@@ -356,7 +357,11 @@ async def test_memory_is_remembered_across_threads_then_reset(client: Client) ->
     reset = await client.delete(f"/v1/users/{USER}/memory")
     assert reset.status_code == 200
     assert reset.json()["memory_items"] >= 2
-    assert (await client.get(f"/v1/users/{USER}/memory")).json() == {"profile": [], "facts": []}
+    assert (await client.get(f"/v1/users/{USER}/memory")).json() == {
+        "profile": [],
+        "facts": [],
+        "pending": False,
+    }
     # the reset reaches the run records: a retry of the run gets its body without the profile
     retried = await run(client, handoff_thread, "I want to talk to a human", run_id=run_id)
     assert retried["run_id"] == run_id
@@ -369,7 +374,7 @@ async def test_memory_is_remembered_across_threads_then_reset(client: Client) ->
 
 async def test_personal_data_is_never_remembered(client: Client) -> None:
     await run(client, thread(), "My national code is 0499370899 and I have diabetes; dental?")
-    memory = (await client.get(f"/v1/users/{USER}/memory")).json()
+    memory = await asettled_memory(client, USER)
     dumped = str(memory)
     assert "0499370899" not in dumped
     assert "diabetes" not in dumped
@@ -496,7 +501,7 @@ async def test_restart_keeps_threads_and_memory(make_app: AppFactory, auth: dict
         client.headers.update(auth)
         page = (await client.get(f"/v1/threads/{name}/messages")).json()
         assert len(page["messages"]) == 2
-        memory = (await client.get(f"/v1/users/{USER}/memory")).json()
+        memory = await asettled_memory(client, USER)  # done here if the first did not
         assert memory["facts"]
         await run(client, name, "And maternity?")
         page = (await client.get(f"/v1/threads/{name}/messages")).json()
@@ -533,13 +538,12 @@ async def test_ids_with_dots_work_everywhere(client: Client, auth: dict[str, str
         headers={**headers, "Accept": "application/json"},
     )
     assert response.status_code == 200, response.text
-    memory = await client.get("/v1/users/jane.doe/memory", headers=headers)
-    assert memory.status_code == 200
-    assert memory.json()["facts"]
+    memory = await asettled_memory(client, "jane.doe", headers)
+    assert memory["facts"]
     other = await client.get(
         "/v1/users/jane-doe/memory", headers={**headers, "X-User-Id": "jane-doe"}
     )
-    assert other.json() == {"profile": [], "facts": []}
+    assert other.json() == {"profile": [], "facts": [], "pending": False}
     assert (await client.delete("/v1/users/jane.doe/memory", headers=headers)).status_code == 200
     receipt = await client.delete("/v1/users/jane.doe", headers=headers)
     assert receipt.status_code == 200

@@ -15,6 +15,7 @@ from litestar.testing import TestClient
 
 from tests.api.conftest import TENANT, USER, AppFactory, Servers
 from tests.api.test_replay import point_cli_at
+from tests.support.followups import kept, settled_memory
 from threadkeeper.app import cli
 
 
@@ -71,7 +72,7 @@ def test_export_and_doctor_on_the_profiles_storage(
         )
         assert answer.status_code == 200, answer.text
         served = client.get("/v1/threads/exported/messages").json()["messages"]
-        memory = client.get(f"/v1/users/{USER}/memory").json()
+        memory = kept(settled_memory(client, USER))
         point_cli_at(monkeypatch, profile, tmp_path, database)
         assert cli.main(["export", "--tenant", TENANT, "--user", USER]) == 0
         exported = json.loads(capsys.readouterr().out)
@@ -81,6 +82,7 @@ def test_export_and_doctor_on_the_profiles_storage(
     assert exported["memory"] == memory
     assert "error" not in doctor
     assert "tokenizer o200k_base: ok" in doctor
+    assert "follow-up work: 0 pending, 0 given up" in doctor  # the memory was written
 
 
 def test_export_runs_on_the_profiles_storage(

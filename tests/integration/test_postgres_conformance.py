@@ -26,6 +26,7 @@ from threadkeeper.adapters.postgres import (
 from threadkeeper.adapters.postgres.ledger import TABLE as LEDGER
 from threadkeeper.adapters.postgres.lock import HOLDER
 from threadkeeper.adapters.postgres.retention import IDLE_THREADS, TS_INDEX, iso_ts
+from threadkeeper.conformance.followups import FollowUpsConformance, SqlFollowUpsHarness
 from threadkeeper.conformance.retention import CheckpointRetentionHarness, RetentionConformance
 from threadkeeper.conformance.run_lock import LockFactory, RunLockConformance
 from threadkeeper.conformance.run_records import RunRecordsConformance
@@ -75,6 +76,12 @@ class TestPostgresRunRecords(RunRecordsConformance):
     @pytest.fixture
     def records(self, backend: PostgresBackend) -> RunRecords:
         return backend.runs
+
+
+class TestPostgresFollowUps(FollowUpsConformance):
+    @pytest.fixture
+    def harness(self, backend: PostgresBackend) -> SqlFollowUpsHarness:
+        return SqlFollowUpsHarness(backend.followups)
 
 
 class TestPostgresRetention(RetentionConformance):
@@ -132,7 +139,7 @@ async def test_the_service_refuses_a_schema_behind_the_code(url: str) -> None:
     """A database migrated by an older release (Alembic one revision back) is refused too."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("UPDATE tk_alembic_version SET version_num = '0002'")
-    with pytest.raises(SchemaNotReady, match=r"at 0002, wanted 0008.*threadkeeper migrate"):
+    with pytest.raises(SchemaNotReady, match=r"at 0002, wanted 0010.*threadkeeper migrate"):
         async with open_postgres(url):
             pytest.fail("opened a schema behind the code")
 

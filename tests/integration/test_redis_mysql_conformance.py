@@ -22,6 +22,7 @@ from threadkeeper.adapters.redis_mysql import (
     SchemaNotReady,
     open_redis_mysql,
 )
+from threadkeeper.conformance.followups import FollowUpsConformance, SqlFollowUpsHarness
 from threadkeeper.conformance.retention import CheckpointRetentionHarness, RetentionConformance
 from threadkeeper.conformance.run_lock import LockFactory, RunLockConformance
 from threadkeeper.conformance.run_records import RunRecordsConformance
@@ -112,6 +113,12 @@ class TestMysqlRunRecords(RunRecordsConformance):
     @pytest.fixture
     def records(self, backend: RedisMysqlBackend) -> RunRecords:
         return backend.runs
+
+
+class TestMysqlFollowUps(FollowUpsConformance):
+    @pytest.fixture
+    def harness(self, backend: RedisMysqlBackend) -> SqlFollowUpsHarness:
+        return SqlFollowUpsHarness(backend.followups)
 
 
 class ArchiveRetentionHarness(CheckpointRetentionHarness):

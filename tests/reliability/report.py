@@ -22,6 +22,7 @@ TITLES = {
     "fault": "Storage faults: time to an answer, to readiness, to recovery; the invariant",
     "provider": "Provider faults (fake OpenAI-compatible provider on loopback)",
     "shutdown": "One SIGTERM (grace 3 s)",
+    "followups": "Follow-up work: nothing lost (outages, killed replicas, erasure)",
 }
 SKIP = {"test", "kind", "size", "at"}
 

@@ -29,7 +29,8 @@ import redis
 from httpx_sse import aconnect_sse
 
 from tests.api.conftest import PROFILES
-from tests.support.load import transcript
+from tests.support.followups import asettled_memory
+from tests.support.load import send, transcript
 from tests.support.mysql import query
 from tests.support.servers import ProfileServer, profile_server, start_server, storage
 
@@ -42,6 +43,21 @@ HOUSEHOLD = "I am married and have two kids. Is dental treatment covered?"
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProfileServer]:
     with profile_server(str(request.param), tmp_path) as running:
         yield running
+
+
+def counted(metrics: str, outcome: str) -> bool:
+    """Whether ``/metrics`` has a point of memory follow-up work ended with ``outcome``."""
+    return any(
+        line.startswith("threadkeeper_followups_total{")
+        and 'kind="memory"' in line
+        and f'outcome="{outcome}"' in line
+        for line in metrics.splitlines()
+    )
+
+
+def quiet(output: str) -> str:
+    """A server's output without its access log."""
+    return "\n".join(line for line in output.splitlines() if "uvicorn.access" not in line)
 
 
 def refuse_inserts(server: ProfileServer, table: str, *, on: bool = True) -> None:
@@ -83,14 +99,6 @@ def refuse_inserts(server: ProfileServer, table: str, *, on: bool = True) -> Non
             query(server.servers.mysql_url, f"DROP TRIGGER {name}")
 
 
-async def send(client: httpx.AsyncClient, thread: str, content: str) -> httpx.Response:
-    return await client.post(
-        f"/v1/threads/{thread}/runs",
-        json={"message": {"content": content}},
-        headers={"Accept": "application/json"},
-    )
-
-
 async def test_a_run_whose_record_cannot_be_written_stores_nothing(
     server: ProfileServer,
 ) -> None:
@@ -115,6 +123,9 @@ async def test_a_run_whose_record_cannot_be_written_stores_nothing(
 async def test_a_memory_write_failing_after_the_commit_keeps_the_answer(
     server: ProfileServer,
 ) -> None:
+    """The memory write is follow-up work: while the store refuses it the answer stands, the
+    attempt is counted and retried (logged without content), and once the store takes writes
+    again the fact lands — nothing is lost."""
     async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=60) as c:
         refuse_inserts(server, "store")  # the memory store's table, every profile
         try:
@@ -126,12 +137,24 @@ async def test_a_memory_write_failing_after_the_commit_keeps_the_answer(
                 HOUSEHOLD,
                 answered.json()["message"]["content"],
             ]
+            deadline = asyncio.get_running_loop().time() + 60
+            while not counted((await c.get("/metrics")).text, "retried"):
+                assert asyncio.get_running_loop().time() < deadline, (
+                    f"no failed attempt counted:\n{quiet(server.output())}"
+                )
+                await asyncio.sleep(0.1)
+            pending = await c.get(f"/v1/users/{server.headers['X-User-Id']}/memory")
+            assert pending.json()["pending"] is True, pending.text
         finally:
             refuse_inserts(server, "store", on=False)
-        metrics = await c.get("/metrics")
-        assert "threadkeeper_memory_write_failures_total{" in metrics.text  # a point, not a name
-        assert 'outcome="retrying"' in metrics.text
-    assert "memory write after run" in server.output()
+        memory = await asettled_memory(c, server.headers["X-User-Id"])
+        assert memory["facts"] or memory["profile"], f"the fact was lost: {memory}"
+        metrics = (await c.get("/metrics")).text
+        assert counted(metrics, "done"), "the retried work was not counted done"
+    output = server.output()
+    assert "follow-up memory of run" in output
+    assert "retrying in" in output
+    assert HOUSEHOLD not in output, "a failed attempt's log quoted the message"
 
 
 SERVER_PROFILES = [p for p in PROFILES if not isinstance(p, str)]

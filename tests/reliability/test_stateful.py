@@ -67,6 +67,7 @@ from hypothesis.stateful import (
 from litestar import Litestar
 
 from tests.api.conftest import PROFILES, Servers, flush, headers_for, parse_sse, settings_for
+from tests.support.followups import asettled_memory, kept
 from tests.support.mysql import fresh_database
 from tests.support.postgres import fresh_schema
 from tests.support.redis_stack import PrivateRedis, private_redis
@@ -614,11 +615,12 @@ class ThreadkeeperMachine(RuleBasedStateMachine):
             )
 
     async def memory(self, caller: Caller) -> dict[str, Any]:
-        response = await self.http.get(
-            f"/v1/users/{caller.user}/memory", headers=self.headers(caller)
-        )
-        assert response.status_code == 200, f"GET memory of {caller}: {response.text}"
-        return dict(response.json())
+        """The caller's memory once the follow-up work of every acknowledged round is done
+        (a run is acknowledged before the memory it teaches is written): what is kept, without
+        ``pending``, which must then be false."""
+        await self.wait_runs_idle(f"reading the memory of {caller}")
+        body = await asettled_memory(self.http, caller.user, self.headers(caller))
+        return kept(body)
 
     def expect_ok(
         self, answer: Answer, key: Key, run_id: str, what: str, *, alone: bool = True

@@ -874,6 +874,8 @@ async def fault_cycle(
 ) -> dict[str, Any]:
     thread = f"{store}-{rig.kind}-{moment}-{uuid.uuid4().hex[:6]}"
     figures: dict[str, Any] = {}
+    logged = len(rig.server.log)  # what the server prints from here on explains a failure
+    reported = len(problems)
     async with httpx.AsyncClient(base_url=rig.url, headers=rig.headers, timeout=60) as client:
         outcomes = await seed(client, thread, SEED_ROUNDS)
         turn = SEED_ROUNDS
@@ -1010,7 +1012,17 @@ async def fault_cycle(
             where,
         )
     )
+    if len(problems) > reported:
+        problems.append(
+            f"{where}: the server's log since the cycle began:\n" + server_log(rig, logged)
+        )
     return figures
+
+
+def server_log(rig: Rig, since: int, lines: int = 80) -> str:
+    """The last ``lines`` the server printed after its ``since``-th line."""
+    printed = rig.server.log[since:]
+    return "".join(printed[-lines:]) or "(nothing)"
 
 
 def judge(rig: Rig, store: str, moment: str, answered: Answered) -> list[str]:

@@ -14,6 +14,8 @@ citation parsing runs), an ``answer(body)`` callable replaces it, and scripted r
 :class:`ToolCall`) come first. Fault modes (``hang``, ``hang_after``, ``error_500``, ``cut``,
 ``slow``) apply until changed or to the next N requests only, so timeouts, retries and broken
 streams can be exercised; every request body and the mode that served it are recorded.
+``first_byte_delay`` holds back the first byte of every response (a model's time to first
+token, for latency benchmarks).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 JsonObject = dict[str, Any]
 Answer = Callable[[JsonObject], str]
 """Computes the text answer from the request body (the parsed JSON)."""
+ModeFor = Callable[[JsonObject], Mode | None]
+"""Picks the mode of one request from its body; ``None``: the queued or standing mode."""
 
 _AsgiMessage = MutableMapping[str, Any]
 _Receive = Callable[[], Awaitable[_AsgiMessage]]
@@ -334,8 +338,17 @@ class FakeProvider:
     ``mode`` is the standing fault mode; ``after_chunks`` is how many stream chunks ``cut`` and
     ``hang_after`` send (never the ``[DONE]``), ``delay`` the seconds per chunk of ``slow``, and
     ``retry_after_ms`` a ``retry-after-ms`` header on 500s (the openai client honours it, so a
-    retry test need not sleep its 0.5–8 s backoff). All of these may be changed while running.
+    retry test need not sleep its 0.5–8 s backoff). ``first_byte_delay``: seconds before the
+    first byte of every response to a chat-completions request, whatever it is (chat,
+    memory extraction, summary; streamed or JSON; in every mode), as a provider's time to first
+    token — on top of ``slow``'s per-chunk delay. All of these may be changed while running.
+
+    ``mode_for`` (set it on the instance; kept by ``reset``) picks the mode of each request by
+    its body, ahead of the queued and standing modes, so one kind of request (a memory
+    extraction, a summary) can fail or hang while the others are answered.
     """
+
+    mode_for: ModeFor | None = None
 
     def __init__(
         self,
@@ -348,8 +361,10 @@ class FakeProvider:
         delay: float = 0.05,
         retry_after_ms: int | None = None,
         reports_usage: bool = True,
+        first_byte_delay: float = 0.0,
     ) -> None:
         self.answer: Answer = answer or default_answer
+        self.first_byte_delay = first_byte_delay
         self.reports_usage = reports_usage
         """``False``: never send ``usage``, even when the request asks for it."""
         self.after_chunks = after_chunks
@@ -574,6 +589,7 @@ class FakeProvider:
         release = self._release
         assert release is not None
         mode = self._admit(body, scope)
+        await _pause(release, self.first_byte_delay)
         if mode == "hang":
             if not await _hold(receive, release):
                 message = "The fake provider released this request."
@@ -609,8 +625,12 @@ class FakeProvider:
             name.decode("latin-1").lower(): value.decode("latin-1")
             for name, value in scope["headers"]
         }
+        chosen = self.mode_for(body) if self.mode_for is not None else None
         with self._condition:
-            mode = self._pending.popleft() if self._pending else self._mode
+            if chosen is not None:
+                mode = _checked(chosen)
+            else:
+                mode = self._pending.popleft() if self._pending else self._mode
             self.requests.append(body)
             self.headers.append(headers)
             self.modes.append(mode)

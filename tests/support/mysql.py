@@ -26,20 +26,22 @@ def _admin() -> pymysql.connections.Connection:
     )
 
 
+def connect(url: str) -> pymysql.connections.Connection:
+    """A connection of the test's own to the database of ``url`` (beside the service's)."""
+    parsed = make_url(url)
+    return pymysql.connect(
+        host=parsed.host or "127.0.0.1",
+        port=parsed.port or 3306,
+        user=parsed.username or "root",
+        password=parsed.password or "",
+        database=parsed.database,
+    )
+
+
 def query(url: str, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
     """Rows of one query on the database of ``url`` (a test looking at what the service
     stored, beside the service's own connections)."""
-    parsed = make_url(url)
-    with (
-        pymysql.connect(
-            host=parsed.host or "127.0.0.1",
-            port=parsed.port or 3306,
-            user=parsed.username or "root",
-            password=parsed.password or "",
-            database=parsed.database,
-        ) as conn,
-        conn.cursor() as cur,
-    ):
+    with connect(url) as conn, conn.cursor() as cur:
         cur.execute(sql, params)
         return [tuple(row) for row in cur.fetchall()]
 

@@ -12,6 +12,7 @@ from threadkeeper.adapters.embedded import PROFILE, EmbeddedBackend, open_embedd
 from threadkeeper.adapters.embedded.settings import EmbeddedSettings
 from threadkeeper.adapters.profile import Backend
 from threadkeeper.conformance.backend import BackendConformance
+from threadkeeper.conformance.followups import FollowUpsConformance, SqlFollowUpsHarness
 from threadkeeper.conformance.isolation import IsolationConformance
 from threadkeeper.conformance.retention import CheckpointRetentionHarness, RetentionConformance
 from threadkeeper.conformance.run_lock import LockFactory, RunLockConformance
@@ -42,6 +43,12 @@ class TestSqliteRunRecords(RunRecordsConformance):
     @pytest.fixture
     def records(self, backend: EmbeddedBackend) -> RunRecords:
         return backend.runs
+
+
+class TestSqliteFollowUps(FollowUpsConformance):
+    @pytest.fixture
+    def harness(self, backend: EmbeddedBackend) -> SqlFollowUpsHarness:
+        return SqlFollowUpsHarness(backend.followups)
 
 
 class TestEmbeddedRetention(RetentionConformance):

@@ -132,3 +132,17 @@ async def test_another_document_adds_a_sentence_only_when_it_outscores_the_best_
 
     assert meta(reply)["citations"] == ["dental#1"]
     assert reply.content == "Dental cover pays for fillings and check-ups."
+
+
+async def test_a_sentence_is_not_split_inside_its_parentheses() -> None:
+    """Issue 29: "您好，请问住院手术是否报销？" was answered from mid-sentence — "尊享版为单人间）、
+    护理…" — the splitter broke at the full-width "；" inside "（标准双人间；尊享版为单人间）"."""
+    reply, _ = await ask_kb("您好，请问住院手术是否报销？")
+    text = str(reply.content)
+    assert meta(reply)["status"] == "answered"
+    assert "（标准双人间；尊享版为单人间）" in text or "单人间" not in text, text
+    for sentence in text.replace("！", "。").replace("？", "。").split("。"):
+        depth = 0
+        for char in sentence:
+            depth += {"（": 1, "(": 1, "）": -1, ")": -1}.get(char, 0)
+            assert depth >= 0, f"a sentence begins inside a parenthesis: {text}"

@@ -13,6 +13,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 
+from tests.support.followups import kept, settled_memory
 from threadkeeper.app import cli
 from threadkeeper.app.application import create_app
 from threadkeeper.app.config import Settings
@@ -85,7 +86,7 @@ def test_export_writes_the_users_threads_memory_and_feedback(
         headers=HEADERS,
     )
     assert feedback.status_code == 204
-    memory = server.get(f"/v1/users/{USER}/memory", headers=HEADERS).json()
+    memory = settled_memory(server, USER, HEADERS)
     assert memory["profile"] or memory["facts"], "the runs left something to remember"
 
     output = tmp_path / "export.json"
@@ -103,7 +104,7 @@ def test_export_writes_the_users_threads_memory_and_feedback(
     for thread_id, messages in threads.items():
         assert messages == all_messages(server, thread_id)  # as GET /messages serves them
     assert [m["role"] for m in threads["claims"]] == ["human", "ai", "human", "ai"]
-    assert exported["memory"] == memory  # as GET /memory serves it, provenance included
+    assert exported["memory"] == kept(memory)  # as GET /memory serves it, provenance included
     assert all(item["source"]["thread_id"] for item in memory["profile"] + memory["facts"])
     [given] = exported["feedback"]
     assert given["thread_id"] == "claims"
@@ -215,3 +216,17 @@ def test_retention_refuses_a_bad_duration(
 ) -> None:
     assert cli.main(["retention", "--older-than", "soon"]) == 2
     assert "--older-than: not a positive duration" in capsys.readouterr().err
+
+
+def test_doctor_says_what_follow_up_work_is_pending() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from threadkeeper.app.cli import followup_line
+    from threadkeeper.domain.followups import FollowUpCounts
+
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    assert followup_line(FollowUpCounts(), now) == "follow-up work: 0 pending, 0 given up"
+    busy = FollowUpCounts({"memory": 3}, {"memory": 1}, now - timedelta(seconds=42))
+    assert (
+        followup_line(busy, now) == "follow-up work: 3 pending (memory 3), oldest 42 s, 1 given up"
+    )

@@ -265,6 +265,7 @@ async def test_a_real_model_escalates_when_asked_for_a_person(backend: Any, tmp_
     first = await run(service, "t-1", "I am married and have two kids. Are fillings covered?")
     assert first["status"] == "answered"
     assert "handoff_context" not in first
+    await service.wait_idle()  # its memory: follow-up work, done after the answer
 
     body = await run(service, "t-1", "Can I talk to a human please?")
     await service.wait_idle()

@@ -1322,12 +1322,13 @@ async def test_memory_lists_profile_and_facts_with_provenance(
             {"key": "f0", "value": "fact 0", "source": source},
             {"key": "f1", "value": "fact 1", "source": source},
         ],
+        "pending": False,
     }
 
 
 async def test_memory_of_a_user_without_any_is_empty(client: AsyncTestClient[Litestar]) -> None:
     response = await client.get("/v1/users/u1/memory", headers=headers())
-    assert response.json() == {"profile": [], "facts": []}
+    assert response.json() == {"profile": [], "facts": [], "pending": False}
 
 
 async def test_resetting_memory_answers_the_count_deleted(
@@ -1340,6 +1341,7 @@ async def test_resetting_memory_answers_the_count_deleted(
     assert (await client.get("/v1/users/u1/memory", headers=headers())).json() == {
         "profile": [],
         "facts": [],
+        "pending": False,
     }
     again = await client.delete("/v1/users/u1/memory", headers=headers())
     assert again.json() == {"memory_items": 0}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from typing import Any
@@ -31,7 +32,7 @@ from threadkeeper.app.service import (
     Unavailable,
 )
 from threadkeeper.conformance.in_memory import InMemoryBackend
-from threadkeeper.domain.errors import DomainError, ThreadBusy
+from threadkeeper.domain.errors import DomainError, ModelUnavailable, ThreadBusy
 from threadkeeper.domain.estimate import EstimatingCounter
 from threadkeeper.domain.runs import IdempotencyMismatch
 from threadkeeper.domain.tokens import message_text
@@ -439,3 +440,234 @@ async def test_a_failed_run_teaches_nothing(backend: InMemoryBackend, memory_pro
     await service.wait_idle()
     memory = await service.memory(CALLER)
     assert (memory.profile, memory.facts) == ([], [])
+
+
+# --- one task owns a run from its claim to its acknowledgement ----------------------------------
+
+
+@dataclasses.dataclass
+class Hold:
+    """One ``hold`` of the thread's lock: which task asked for it, took it and let it go."""
+
+    run_id: str
+    asked: asyncio.Task[Any] | None
+    entered: asyncio.Task[Any] | None = None
+    left: asyncio.Task[Any] | None = None
+
+
+class OwnedLock:
+    """The backend's lock, recording the task of each step of each hold. ``before``, when
+    set, is waited for before the lock is asked for (a lock store slow to answer)."""
+
+    def __init__(self, lock: Any, *, fail_release: bool = False) -> None:
+        self.lock = lock
+        self.holds: list[Hold] = []
+        self.before: asyncio.Event | None = None
+        self.waiting = asyncio.Event()
+        self.fail_release = fail_release
+
+    @contextlib.asynccontextmanager
+    async def _hold(self, thread_key: str, run_id: str, **kw: str) -> Any:
+        hold = Hold(run_id, asyncio.current_task())
+        self.holds.append(hold)
+        if self.before is not None:
+            self.waiting.set()
+            await self.before.wait()
+        async with self.lock.hold(thread_key, run_id, **kw) as token:
+            hold.entered = asyncio.current_task()
+            try:
+                yield token
+            finally:
+                hold.left = asyncio.current_task()
+        if self.fail_release:
+            raise ConnectionError("the lock store went away while releasing")
+
+    def hold(self, thread_key: str, run_id: str, **kw: str) -> Any:
+        return self._hold(thread_key, run_id, **kw)
+
+    async def holder(self, thread_key: str) -> str | None:
+        return await self.lock.holder(thread_key)
+
+    def owner(self, run_id: str) -> asyncio.Task[Any]:
+        """The one task that asked for, took and let go of the run's hold."""
+        (hold,) = [h for h in self.holds if h.run_id == run_id]
+        assert hold.entered is not None, "the run never held its thread"
+        assert hold.asked is hold.entered is hold.left, "another task let the thread go"
+        return hold.entered
+
+
+async def owned_and_free(service: RunService, lock: OwnedLock, name: str, run_id: str) -> None:
+    """The run's own task (never its caller's) took and released the thread; nothing is held
+    and no run is left in flight."""
+    assert lock.owner(run_id) is not asyncio.current_task()
+    assert await lock.holder(service.threads.ref(CALLER, name).key) is None
+    assert not service._tasks
+
+
+@pytest.mark.parametrize("ending", ["answered", "failed", "client-gone", "drained"])
+async def test_one_task_owns_a_run_from_its_claim_to_its_acknowledgement(
+    backend: InMemoryBackend, memory_profile: str, ending: str
+) -> None:
+    """The task that takes the thread's lock (``async with``) is the run's: it runs and stores
+    the round, lets the thread go, then answers — however the run ends."""
+    model = GatedModel(default=ANSWER)
+    lock = backend.lock = OwnedLock(backend.lock)
+    service = service_with(model, backend, memory_profile)
+    if ending == "failed":
+        model.script.append(failing)
+    name = thread()
+    handle = await service.start_run(CALLER, name, request())
+    assert isinstance(handle, LiveRun)
+    await model.entered()
+    if ending in ("answered", "failed"):
+        model.release()
+        if ending == "answered":
+            assert (await handle.result()).status == "answered"
+        else:
+            with pytest.raises(DomainError):
+                await handle.result()
+        await service.wait_idle()
+    elif ending == "client-gone":
+        events = handle.events()
+        assert (await events.__anext__()).event == "metadata"
+        await events.aclose()  # the SSE client is gone
+        await service.wait_idle()
+        model.release()
+    else:
+        assert await service.drain(grace=0.05) == 1
+        with pytest.raises(Unavailable):
+            await handle.result()
+        model.release()
+    assert handle.task is not None
+    assert handle.task.done()
+    assert lock.owner(handle.run_id) is handle.task
+    await owned_and_free(service, lock, name, handle.run_id)
+
+
+async def test_a_busy_refusal_asks_for_the_thread_in_its_own_task_and_holds_nothing(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    model = GatedModel(default=ANSWER)
+    lock = backend.lock = OwnedLock(backend.lock)
+    service = service_with(model, backend, memory_profile)
+    name = thread()
+    first = await service.start_run(CALLER, name, request())
+    await model.entered()
+    second = str(uuid.uuid4())
+    with pytest.raises(ThreadBusy):
+        await service.start_run(CALLER, name, request("And braces?", run_id=second))
+    (refused,) = [h for h in lock.holds if h.run_id == second]
+    assert refused.asked is not None
+    assert refused.asked is not asyncio.current_task()
+    assert refused.asked.done()
+    assert refused.entered is None
+    key = service.threads.ref(CALLER, name).key
+    assert await lock.holder(key) == first.run_id, "the refusal took nothing from the holder"
+    model.release()
+    await first.result()
+    await service.wait_idle()
+    await owned_and_free(service, lock, name, first.run_id)
+
+
+async def test_refusals_and_replays_once_held_are_answered_by_the_task_that_held_the_thread(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    """A duplicate message, and a retry of a run that completed while it waited for the
+    thread: the run's task takes the thread, finds out, lets it go, and only then answers."""
+    model = GatedModel(default=ANSWER)
+    lock = backend.lock = OwnedLock(backend.lock)
+    service = service_with(model, backend, memory_profile)
+    name, run_id = thread(), str(uuid.uuid4())
+    first = await service.start_run(CALLER, name, request(run_id=run_id, message_id="m-1"))
+    await model.entered()
+    lock.before = asyncio.Event()
+    retry = asyncio.create_task(
+        service.start_run(CALLER, name, request(run_id=run_id, message_id="m-1"))
+    )
+    await asyncio.wait_for(lock.waiting.wait(), timeout=10)  # not completed yet: it waits
+    model.release()
+    outcome = await first.result()
+    lock.before.set()
+    replayed = await retry
+    assert isinstance(replayed, CompletedRun)
+    assert await replayed.result() == outcome
+    retried = [h for h in lock.holds if h.run_id == run_id][1]
+    assert retried.entered is not None
+    assert retried.asked is retried.entered is retried.left
+    assert retried.entered is not retry, "the run's own task, not its caller"
+    lock.before = None
+
+    duplicate = str(uuid.uuid4())
+    with pytest.raises(DuplicateMessage):
+        await service.start_run(CALLER, name, request("Again?", run_id=duplicate, message_id="m-1"))
+    await service.wait_idle()
+    await owned_and_free(service, lock, name, duplicate)
+    lock.holds.remove(retried)
+    await owned_and_free(service, lock, name, run_id)
+
+
+async def test_a_caller_gone_before_its_run_is_admitted_leaves_nothing_held(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    model = ScriptedChatModel(default=ANSWER)
+    lock = backend.lock = OwnedLock(backend.lock)
+    lock.before = asyncio.Event()
+    service = service_with(model, backend, memory_profile)
+    name = thread()
+    starting = asyncio.create_task(service.start_run(CALLER, name, request()))
+    await asyncio.wait_for(lock.waiting.wait(), timeout=10)
+    starting.cancel()  # the client is gone while its run waits for the thread
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert not service._tasks, "its task ended with it"
+    (gone,) = lock.holds
+    assert gone.asked is not starting
+    assert gone.asked is not None
+    assert gone.asked.done()
+    assert gone.entered is None
+    await nothing_stored(backend, service.threads.ref(CALLER, name).key)
+    lock.before = None
+    again = await service.start_run(CALLER, name, request())
+    assert (await again.result()).status == "answered"
+    await service.wait_idle()
+    await owned_and_free(service, lock, name, again.run_id)
+
+
+async def test_a_failing_release_does_not_turn_the_run_s_answer_into_an_error(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    model = ScriptedChatModel(default=ANSWER)
+    lock = backend.lock = OwnedLock(backend.lock, fail_release=True)
+    service = service_with(model, backend, memory_profile)
+    name = thread()
+    answered = await service.start_run(CALLER, name, request(message_id="m-1"))
+    assert (await answered.result()).status == "answered"
+    model.script.append(failing)
+    failed = await service.start_run(CALLER, name, request("And braces?"))
+    with pytest.raises(ModelUnavailable):  # the run's own failure, not the release's
+        await failed.result()
+    with pytest.raises(DuplicateMessage):
+        await service.start_run(CALLER, name, request("Again?", message_id="m-1"))
+    await service.wait_idle()
+    assert await transcript(service, name) == [("human", DENTAL), ("ai", ANSWER)]
+    assert await lock.holder(service.threads.ref(CALLER, name).key) is None
+
+
+async def test_drain_cancels_a_run_still_waiting_for_its_thread_and_it_holds_nothing(
+    backend: InMemoryBackend, memory_profile: str
+) -> None:
+    lock = backend.lock = OwnedLock(backend.lock)
+    lock.before = asyncio.Event()
+    service = service_with(ScriptedChatModel(default=ANSWER), backend, memory_profile)
+    name = thread()
+    starting = asyncio.create_task(service.start_run(CALLER, name, request()))
+    await asyncio.wait_for(lock.waiting.wait(), timeout=10)
+    assert await service.drain(grace=0.05) == 1
+    with pytest.raises(Unavailable, match="shutting down"):
+        await starting
+    (gone,) = lock.holds
+    assert gone.entered is None
+    assert not service._tasks
+    key = service.threads.ref(CALLER, name).key
+    assert await lock.holder(key) is None
+    await nothing_stored(backend, key)

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 import pytest
 
+from threadkeeper.conformance.followups import FollowUpsConformance
 from threadkeeper.conformance.retention import RetentionConformance
 from threadkeeper.conformance.run_lock import LockFactory, RunLockConformance
 from threadkeeper.conformance.run_records import RunRecordsConformance
 from threadkeeper.conformance.transcript_archive import TranscriptArchiveConformance
+from threadkeeper.domain.followups import MEMORY, InMemoryFollowUps
 from threadkeeper.domain.locks import InMemoryRunLock
 from threadkeeper.domain.retention import InMemoryRetention
-from threadkeeper.domain.runs import InMemoryRunRecords, RunRecords
+from threadkeeper.domain.runs import InMemoryRunRecords, RunRecord, RunRecords
 from threadkeeper.domain.threads import ThreadRef
 from threadkeeper.domain.transcript import InMemoryTranscriptArchive, TranscriptArchive
 
@@ -58,3 +61,17 @@ class TestInMemoryRunRecords(RunRecordsConformance):
     @pytest.fixture
     def records(self) -> RunRecords:
         return InMemoryRunRecords()
+
+
+class InMemoryFollowUpsHarness:
+    def __init__(self) -> None:
+        self.followups = InMemoryFollowUps()
+
+    async def record(self, run: RunRecord, kinds: Sequence[str] = (MEMORY,)) -> None:
+        self.followups.record(kinds, run.thread_key, run.tenant_id, run.user_id, run.run_id)
+
+
+class TestInMemoryFollowUps(FollowUpsConformance):
+    @pytest.fixture
+    def harness(self) -> InMemoryFollowUpsHarness:
+        return InMemoryFollowUpsHarness()

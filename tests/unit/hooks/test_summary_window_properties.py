@@ -129,7 +129,7 @@ def test_summarize_then_trim_neither_overlap_nor_leave_a_gap(
         if not isinstance(history[-1], HumanMessage):
             continue  # only a turn's first call (its human message newest) is generated here
         request = request_for(history, stored)
-        summary, fold, through = summarize._to_fold(request)
+        summary, fold, through, _ = summarize._to_fold(request)
         if fold:
             assert settings_.summarizer is not None
             text = asyncio.run(

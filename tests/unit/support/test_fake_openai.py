@@ -232,6 +232,20 @@ def test_fail_once_then_succeed_for_a_caller_that_retries(provider: FakeProvider
     assert provider.count() == 2
 
 
+def test_mode_for_fails_one_kind_of_request_and_leaves_queued_modes(
+    provider: FakeProvider,
+) -> None:
+    provider.mode_for = lambda body: "error_500" if body["model"] == "extractor" else None
+    provider.set_mode("cut", times=1)
+
+    with pytest.raises(openai.InternalServerError):
+        chat(provider, model="extractor").invoke("hello")
+    with pytest.raises(openai.APIConnectionError):
+        chat(provider).invoke("hello")  # the queued mode, untouched by the chosen one
+    assert chat(provider).invoke("hello").text == "Answer: hello."
+    assert provider.modes == ["error_500", "cut", "ok"]
+
+
 def test_hang_makes_the_client_time_out(provider: FakeProvider) -> None:
     provider.mode = "hang"
     started = time.monotonic()
@@ -284,6 +298,23 @@ def test_slow_trickles_every_chunk(provider: FakeProvider) -> None:
     assert "".join(texts(chunks)) == "Answer: one two three."
     frames = 1 + len(split_tokens("Answer: one two three.")) + 2  # role, tokens, finish, DONE
     assert time.monotonic() - started >= 0.8 * frames * 0.05
+
+
+def test_first_byte_delay_holds_back_every_response() -> None:
+    with fake_provider(first_byte_delay=0.2) as provider:
+        model = chat(provider)
+        for call in (
+            lambda: model.invoke("json"),
+            lambda: next(iter(model.stream("streamed"))),  # the first chunk only
+        ):
+            started = time.monotonic()
+            call()
+            assert time.monotonic() - started >= 0.2
+        provider.first_byte_delay = 0.0
+        started = time.monotonic()
+        model.invoke("at once")
+        assert time.monotonic() - started < 0.2
+    assert provider.count() == 3
 
 
 def test_stop_releases_a_hanging_request() -> None:

@@ -130,6 +130,7 @@ async def reset_memory(store: BaseStore, runs: SqlRunRecords, tenant_id: str, us
     """Delete the user's memory, and what their run records hold of it (the memory block of
     the stored prompts, the profile of stored escalations), and what this process's caches
     hold of the user (their prompts); the items deleted."""
+    await runs.cancel_followups(tenant_id, user_id)  # no pending extraction writes after
     deleted = await delete_store_prefix(store, user_namespace(tenant_id, user_id))
     await runs.forget_memory(tenant_id, user_id)
     caches.forget(user=(tenant_id, user_id))

@@ -26,11 +26,13 @@ if TYPE_CHECKING:  # the registry reads profiles' settings without importing any
 
     from threadkeeper.adapters.atomic import AtomicSaver
     from threadkeeper.adapters.rounds import RoundStore, RoundWork
+    from threadkeeper.domain.followups import FollowUps
     from threadkeeper.domain.locks import RunFences, ThreadLock
     from threadkeeper.domain.ratelimit import RateWindows
     from threadkeeper.domain.retention import ErasureReceipt
     from threadkeeper.domain.runs import RunRecords
     from threadkeeper.domain.storage import StorageUsage
+    from threadkeeper.domain.summary import SummariesAhead
     from threadkeeper.domain.transcript import TranscriptPage
 
 
@@ -145,6 +147,17 @@ class Backend(Protocol):
 
     @property
     def fences(self) -> RunFences: ...
+
+    @property
+    def followups(self) -> FollowUps:
+        """The rounds' follow-up work (``domain.followups``), recorded by ``rounds`` with
+        each round."""
+        ...
+
+    @property
+    def summaries(self) -> SummariesAhead:
+        """Folds of the rolling summary made ahead by follow-up work, for next runs."""
+        ...
 
     @property
     def lock(self) -> ThreadLock: ...

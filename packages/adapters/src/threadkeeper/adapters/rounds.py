@@ -8,7 +8,8 @@ finished, the profile's ``RoundStore`` stores, in one transaction of the profile
 - the round itself — the staged checkpoints (embedded, postgres) or the archived round
   (redis-mysql, whose checkpoints are a cache written after it);
 - the run record (an idempotent retry, replay and feedback depend on it: it belongs to the
-  round).
+  round), and the round's follow-up work (``domain.followups``: a stored round always has it,
+  a refused one never).
 
 Then the profile's upkeep runs (``after_commit``: redis-mysql keeps only the newest
 checkpoint), still under the thread's lock; its failure does not touch the stored round (the
@@ -65,6 +66,8 @@ class RoundWrite:
     round: Round
     """The round as the transcript keeps it (the archive, where the profile has one)."""
     tools: Sequence[ToolInvocation] = field(default_factory=tuple)
+    followups: Sequence[str] = field(default_factory=tuple)
+    """The kinds of follow-up work the round leaves (``domain.followups``), recorded with it."""
     written: dict[str, int] = field(default_factory=dict)
     """Bytes the commit wrote, by kind: filled while it commits (``adapters.written``)."""
 
@@ -129,7 +132,11 @@ class RoundWork:
         self.written = NO_BYTES
 
     async def store(
-        self, record: RunRecord, round: Round, tools: Sequence[ToolInvocation] = ()
+        self,
+        record: RunRecord,
+        round: Round,
+        tools: Sequence[ToolInvocation] = (),
+        followups: Sequence[str] = (),
     ) -> str | None:
         """Store the round (``RoundStore.commit``), then the upkeep; the new head checkpoint
         id, ``None`` where only the record could be written (see ``commit``).
@@ -140,7 +147,7 @@ class RoundWork:
         """
         if self.stored:
             raise RuntimeError("a round is stored once")
-        write = RoundWrite(self.staging, self.claim, record, round, tuple(tools))
+        write = RoundWrite(self.staging, self.claim, record, round, tuple(tools), tuple(followups))
         with written.tally() as counts:
             head = await self.rounds.commit(write)
         for kind, size in counts.items():

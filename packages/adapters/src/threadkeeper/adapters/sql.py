@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sqlite3
 import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
@@ -23,6 +24,7 @@ from typing import Any
 
 import msgspec
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     DateTime,
@@ -52,6 +54,7 @@ from threadkeeper.domain import caches
 from threadkeeper.domain.caches import text_bytes
 from threadkeeper.domain.compact import Segment, decode_text, delta_size, encode_text, text_digest
 from threadkeeper.domain.errors import ClaimLost
+from threadkeeper.domain.followups import FollowUps
 from threadkeeper.domain.locks import USER_BEING_ERASED, RunFences, new_token
 from threadkeeper.domain.runs import (
     EXPORT_PAGE,
@@ -174,7 +177,53 @@ holds the text (``base`` null) or its lines as segments of an earlier version's
 deltas down to a whole text). Written in the round's transaction with the record, deleted
 with the thread's records and the user's."""
 
+followups = Table(
+    "tk_followups",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("kind", String(16), nullable=False),
+    Column("thread_key", String(400), nullable=False),
+    Column("tenant_id", String(128), nullable=False),
+    Column("user_id", String(128), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("state", String(10), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("due_at", UtcDateTime(), nullable=False),
+    Column("lease", String(64), nullable=True),
+    Column("lease_until", UtcDateTime(), nullable=True),
+    Column("enqueued_at", UtcDateTime(), nullable=False),
+    Column("error", String(120), nullable=True),
+    Index("ix_tk_followups_state", "state", "id"),
+    Index("ix_tk_followups_user", "tenant_id", "user_id", "id"),
+    Index("ix_tk_followups_thread", "thread_key"),
+)
+"""Follow-up work of stored rounds (``domain.followups``): one row per item, recorded in the
+round's transaction (``record_followups``), taken by workers with a lease
+(``adapters.followups.SqlFollowUps``), deleted when done. No content: the job reads its run
+record."""
+
+summaries_ahead = Table(
+    "tk_summaries_ahead",
+    metadata,
+    Column("thread_key", String(400), primary_key=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("user_id", String(128), nullable=False),
+    Column("base_version", Integer, nullable=False),
+    Column("through_id", String(200), nullable=False),
+    Column("body", LongText, nullable=False),
+    Column("at", UtcDateTime(), nullable=False),
+    Index("ix_tk_summaries_ahead_user", "tenant_id", "user_id"),
+)
+"""The newest fold made ahead for each thread (``domain.summary.AheadSummary``), written by
+follow-up work after a round and read by the next run's ``summarize`` hook; deleted with the
+thread's records and the user's."""
+
 REVOKED = "revoked"
+CANCEL_WAIT_SECONDS = 60.0
+"""How long a deletion waits for a follow-up write under way (a worker bounds its write well
+inside this; see ``app.followups``)."""
 
 # The statements of every run, built once (SQLAlchemy finds their compiled form by a cache key
 # it computes once; one made per call cost ~0.15 ms of CPU each time: issue 12)
@@ -567,6 +616,34 @@ def _feedback_of(row: Any) -> Feedback:
     )
 
 
+async def record_followups(conn: AsyncConnection, record: RunRecord, kinds: Sequence[str]) -> None:
+    """In the round's transaction: the round's follow-up work (``domain.followups``), due
+    now."""
+    if not kinds:
+        return
+    at = datetime.now(UTC)
+    await conn.execute(
+        _INSERT_FOLLOWUP,
+        [
+            {
+                "kind": kind,
+                "thread_key": record.thread_key,
+                "tenant_id": record.tenant_id,
+                "user_id": record.user_id,
+                "run_id": record.run_id,
+                "state": "ready",
+                "attempts": 0,
+                "due_at": at,
+                "enqueued_at": at,
+            }
+            for kind in kinds
+        ],
+    )
+
+
+_INSERT_FOLLOWUP = insert(followups)
+
+
 async def check_claim(conn: AsyncConnection, thread_key: str, token: str) -> None:
     """In the round's transaction: the thread's claim must still be ``token``, and stays so
     until the transaction ends (the row is locked where the database can).
@@ -600,14 +677,27 @@ async def user_fence(conn: AsyncConnection, tenant_id: str, user_id: str) -> Non
     """
     key = {"tenant_id": tenant_id, "user_id": user_id}
     # insert, or rewrite the row as it is: either way the row is this transaction's now
-    await conn.execute(_fence_upsert(conn.dialect.name), key)
-    if (await conn.execute(_ERASING, key)).scalar():
+    dialect = conn.dialect.name
+    returning = _returns_fence(dialect)
+    written = await conn.execute(_fence_upsert(dialect, returning), key)
+    if not returning:  # no RETURNING on this upsert: read the row back
+        written = await conn.execute(_ERASING, key)
+    if written.scalar():
         raise ClaimLost(USER_BEING_ERASED)
 
 
+def _returns_fence(dialect: str) -> bool:
+    """Whether the fence upsert can return the row: PostgreSQL, and SQLite from 3.35 (the
+    library Python was built with; older ones have no ``RETURNING``); not MySQL/MariaDB."""
+    if dialect == "sqlite":
+        return sqlite3.sqlite_version_info >= (3, 35, 0)
+    return dialect == "postgresql"
+
+
 @functools.cache
-def _fence_upsert(dialect: str) -> Any:
-    """``INSERT (tenant, user, erasing=false)``, on a conflict ``erasing = erasing``."""
+def _fence_upsert(dialect: str, returning: bool = False) -> Any:
+    """``INSERT (tenant, user, erasing=false)``, on a conflict ``erasing = erasing``; with
+    ``returning``, ``RETURNING erasing`` (one statement where two were sent)."""
     binds = {
         "tenant_id": bindparam("tenant_id", type_=String()),
         "user_id": bindparam("user_id", type_=String()),
@@ -618,9 +708,10 @@ def _fence_upsert(dialect: str) -> Any:
         return on_mysql.on_duplicate_key_update(erasing=user_fences.c.erasing)
     dialects = {"postgresql": postgresql, "sqlite": sqlite}
     made = dialects[dialect].insert(user_fences).values(binds)
-    return made.on_conflict_do_update(
+    upserted = made.on_conflict_do_update(
         index_elements=["tenant_id", "user_id"], set_={"erasing": user_fences.c.erasing}
     )
+    return upserted.returning(user_fences.c.erasing) if returning else upserted
 
 
 def upsert(
@@ -749,13 +840,27 @@ class SqlRunRecords(SqlAccess, RunRecords):
     """``RunRecords`` on any SQLAlchemy async engine."""
 
     def __init__(
-        self, engine: AsyncEngine, guard: AbstractAsyncContextManager[Any] | None = None
+        self,
+        engine: AsyncEngine,
+        guard: AbstractAsyncContextManager[Any] | None = None,
+        followups: FollowUps | None = None,
     ) -> None:
         super().__init__(engine, guard)
+        self.followups = followups
+        """The follow-up work of the rounds these records belong to: cancelled (its writes
+        waited for) before a thread's records, a user's or their memory are deleted."""
 
     async def create_tables(self) -> None:
         """Create the tables if missing (embedded profile only; servers use migrations)."""
-        tables = [run_records, feedback, run_claims, run_texts, user_fences]
+        tables = [
+            run_records,
+            feedback,
+            run_claims,
+            run_texts,
+            user_fences,
+            followups,
+            summaries_ahead,
+        ]
 
         def create(sync: Any) -> None:
             metadata.create_all(sync, tables=tables)
@@ -858,8 +963,13 @@ class SqlRunRecords(SqlAccess, RunRecords):
             await conn.execute(*upsert(conn, feedback, key, values))
 
     async def delete_thread(self, thread_key: str) -> tuple[int, int]:
+        if self.followups is not None:
+            await self.followups.cancel_thread(thread_key, wait_seconds=CANCEL_WAIT_SECONDS)
         async with self.begin() as conn:
             await conn.execute(delete(run_texts).where(run_texts.c.thread_key == thread_key))
+            await conn.execute(
+                delete(summaries_ahead).where(summaries_ahead.c.thread_key == thread_key)
+            )
             runs = await conn.execute(
                 delete(run_records).where(run_records.c.thread_key == thread_key)
             )
@@ -867,10 +977,16 @@ class SqlRunRecords(SqlAccess, RunRecords):
         return runs.rowcount or 0, notes.rowcount or 0
 
     async def erase_user(self, tenant_id: str, user_id: str) -> tuple[int, int]:
+        await self.cancel_followups(tenant_id, user_id)
         async with self.begin() as conn:
             await conn.execute(
                 delete(run_texts).where(
                     run_texts.c.tenant_id == tenant_id, run_texts.c.user_id == user_id
+                )
+            )
+            await conn.execute(
+                delete(summaries_ahead).where(
+                    summaries_ahead.c.tenant_id == tenant_id, summaries_ahead.c.user_id == user_id
                 )
             )
             runs = await conn.execute(
@@ -884,6 +1000,12 @@ class SqlRunRecords(SqlAccess, RunRecords):
                 )
             )
         return runs.rowcount or 0, notes.rowcount or 0
+
+    async def cancel_followups(self, tenant_id: str, user_id: str) -> None:
+        """Cancel the user's follow-up work, waiting for its writes under way (before their
+        memory is deleted: nothing of it is written after)."""
+        if self.followups is not None:
+            await self.followups.cancel_user(tenant_id, user_id, wait_seconds=CANCEL_WAIT_SECONDS)
 
     async def forget_memory(self, tenant_id: str, user_id: str) -> int:
         changed = 0
@@ -1002,20 +1124,28 @@ class SqlRunRecords(SqlAccess, RunRecords):
 
     async def user_rows(self, tenant_id: str, user_id: str) -> int:
         """Rows that name the user: run records and texts, feedback, run claims, the user's
-        fence (an erasure's verification: 0 once it is done)."""
+        fence, follow-up work (an erasure's verification: 0 once it is done)."""
         counts = [
             select(func.count())
             .select_from(table)
             .where(table.c.tenant_id == tenant_id, table.c.user_id == user_id)
-            for table in (run_records, run_texts, feedback, run_claims, user_fences)
+            for table in (
+                run_records,
+                run_texts,
+                feedback,
+                run_claims,
+                user_fences,
+                followups,
+                summaries_ahead,
+            )
         ]
         return await self._total(counts)
 
     async def thread_rows(self, thread_key: str) -> int:
-        """Rows of the thread: run records and texts, feedback, its claim."""
+        """Rows of the thread: run records and texts, feedback, its claim, follow-up work."""
         counts = [
             select(func.count()).select_from(table).where(table.c.thread_key == thread_key)
-            for table in (run_records, run_texts, feedback, run_claims)
+            for table in (run_records, run_texts, feedback, run_claims, followups, summaries_ahead)
         ]
         return await self._total(counts)
 

@@ -55,12 +55,14 @@ TABLE_KINDS: dict[str, str | None] = {
     "tool_invocations": "audit",
     "tk_feedback": "feedback",
     "tk_run_claims": None,
+    "tk_followups": None,
     # the message ledger's (``adapters.ledger``: postgres, embedded)
     "tk_checkpoint_messages": "messages",
 }
 """The kind of each known table keyed by thread; ``None``: not counted (the run claim is the
 thread's lock row, not something kept for it). A backend may add its own; a keyed table none
-names is counted by its key column (``FALLBACK_KINDS``)."""
+names is counted by its key column (``FALLBACK_KINDS``). Follow-up work is not kept either: a
+row lives from the round's commit until its memory is written."""
 
 FALLBACK_KINDS = {"thread_id": "checkpoints", "thread_key": "run_records"}
 """A table keyed by ``thread_id`` belongs to the checkpoint state (LangGraph's savers key

@@ -110,6 +110,7 @@ def create_app(settings: Settings | None = None, *, container: Container | None 
                 raise
             _share_rate_limit(rate_limit, service)
             proxy.target = service
+            service.start_followups()
             sweeper = _sweeper(settings, service)
             if sweeper is not None:
                 sweeper.start()
@@ -126,7 +127,7 @@ def create_app(settings: Settings | None = None, *, container: Container | None 
                 await sweeper.stop()
             # uvicorn gave requests in flight up to the grace period already; what is left
             # (JSON runs whose request was cancelled) gets a moment more, then is cancelled
-            await service.drain(grace=1.0)
+            await service.drain(grace=1.0)  # follow-up work in flight too: done or handed back
         finally:
             proxy.target = None
             await container.shutdown_resources()  # type: ignore[misc]

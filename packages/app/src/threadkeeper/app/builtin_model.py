@@ -162,6 +162,34 @@ question is read uncached (``_Conversation.terms``): no cache keeps a user's wor
 
 
 _SENTENCE_BREAK: Final = re.compile(r"(?<=[.!?؟])\s+|(?<=[。！？；])")
+_PAREN_OR_BREAK: Final = re.compile(r"[()（）]|" + _SENTENCE_BREAK.pattern)
+_PAREN_REACH: Final = 300
+"""Characters an unclosed parenthesis keeps breaks away for (a smiley ``:(`` or a cut chunk
+must not make the rest of a long line one sentence)."""
+
+
+def _split_sentences(line: str) -> list[str]:
+    """``line`` split at its sentence breaks, but none inside parentheses ("病房（标准双人间；
+    尊享版为单人间）、护理…" is one sentence). Parentheses are taken in order (a stray ``)``
+    closes nothing; an unclosed ``(`` holds for ``_PAREN_REACH`` characters); one pass."""
+    pieces: list[str] = []
+    start = depth = 0
+    opened = 0  # where the outermost open parenthesis is
+    for found in _PAREN_OR_BREAK.finditer(line):
+        mark = found.group()  # "" for a break after 。！？；
+        if mark in ("(", "（"):
+            if depth == 0:
+                opened = found.start()
+            depth += 1
+        elif mark in (")", "）"):
+            depth = max(0, depth - 1)
+        elif depth == 0 or found.start() - opened > _PAREN_REACH:
+            pieces.append(line[start : found.start()])
+            start, depth = found.end(), 0
+    pieces.append(line[start:])
+    return pieces
+
+
 _BULLET: Final = re.compile(r"^[\s#*•>\-–—]+")
 _HEADING_MARK: Final = re.compile(r"^\s*#{1,6}\s")
 _SENTENCE_END: Final = (".", "!", "。", "！", "；", "…")
@@ -184,7 +212,7 @@ def _sentences(text: str) -> tuple[_Sentence, ...]:
     lines = [line for line in text.splitlines() if line.strip()]
     out: list[_Sentence] = []
     for index, line in enumerate(lines):
-        pieces = [_BULLET.sub("", piece).strip() for piece in _SENTENCE_BREAK.split(line.strip())]
+        pieces = [_BULLET.sub("", piece).strip() for piece in _split_sentences(line.strip())]
         pieces = [piece for piece in pieces if piece]
         marked = bool(_HEADING_MARK.match(line))
         first = (
@@ -596,27 +624,30 @@ def stream_tokens(text: str, language: Language) -> list[str]:
         leading = text[: len(text) - len("".join(tokens))]
         tokens[0] = leading + tokens[0]
         return tokens
-    # each token's characters are gathered in a list and joined once: ``tokens[-1] += char``
-    # copied the token for every character added, quadratic in a long run (issue 6's review)
-    parts: list[list[str]] = []
+    # each token is sliced once from where it starts: ``tokens[-1] += char`` copied the token
+    # for every character added, quadratic in a long run (issue 6's review), and a list per
+    # token made the garbage collector's passes grow with the reply (superlinear CPU)
+    pieces: list[str] = []
+    start = 0
     previous = ""  # kind of the previous character: "cjk", "run" or "space"
-    for char in text:
+    for index, char in enumerate(text):
         if is_cjk(char):
-            parts.append([char])
+            begins = True
             previous = "cjk"
         elif char.isspace() or (previous == "cjk" and not char.isalnum()):
-            if parts:
-                parts[-1].append(char)
-            else:
-                parts.append([char])
+            begins = False  # attached to the token before (or the first token's start)
             if char.isspace():
                 previous = "space"
         elif previous == "run":
-            parts[-1].append(char)
+            begins = False
         else:
-            parts.append([char])
+            begins = True
             previous = "run"
-    return ["".join(part) for part in parts]
+        if begins and index > start:
+            pieces.append(text[start:index])
+            start = index
+    pieces.append(text[start:])
+    return pieces
 
 
 _ESTIMATED: Final[IdentityMemo[tuple[int, int]]] = IdentityMemo()

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from threadkeeper.app.config import (
     ConfigError,
@@ -40,6 +40,9 @@ from threadkeeper.app.config import (
     redact,
     secrets_of,
 )
+
+if TYPE_CHECKING:
+    from threadkeeper.domain.followups import FollowUpCounts
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TENANT = "demo"
@@ -759,26 +762,13 @@ def _with_documents(record: Any) -> str:
     """The run's system prompt with its documents block rendered again from the knowledge base
     (the record stores their ``chunk_ids``, not their text); a chunk the knowledge base no
     longer has is shown as missing. The knowledge base is loaded only for such a prompt."""
-    from threadkeeper.domain.prompt import DOCUMENTS_REF, with_documents
+    from threadkeeper.app.stored import chunk_lookup
+    from threadkeeper.domain.prompt import DOCUMENTS_REF, prompt_as_sent
 
     prompt: str = record.system_prompt
     if not prompt.endswith(DOCUMENTS_REF):
         return prompt
-    knowledge = _knowledge()
-    chunks = []
-    for chunk_id in record.chunk_ids:
-        chunk = knowledge.chunk(record.tenant_id, chunk_id)
-        chunks.append(
-            {"chunk_id": chunk_id, "doc_id": "", "title": "", "text": "[missing]"}
-            if chunk is None
-            else {
-                "chunk_id": chunk.chunk_id,
-                "doc_id": chunk.doc_id,
-                "title": chunk.title,
-                "text": chunk.text,
-            }
-        )
-    return with_documents(prompt, chunks)
+    return prompt_as_sent(prompt, record.chunk_ids, chunk_lookup(_knowledge(), record.tenant_id))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -879,6 +869,7 @@ async def _export(settings: Settings, tenant_id: str, user_id: str) -> dict[str,
 
     async with open_stored(settings) as stored:
         export = await stored.export(tenant_id, user_id)
+    memory = memory_out(export.memory)  # what is kept (whether work is pending is not)
     return {
         "tenant_id": export.tenant_id,
         "user_id": export.user_id,
@@ -889,7 +880,7 @@ async def _export(settings: Settings, tenant_id: str, user_id: str) -> dict[str,
             {"thread_id": thread_id, "messages": [message_out(m) for m in messages]}
             for thread_id, messages in export.threads
         ],
-        "memory": memory_out(export.memory),
+        "memory": {"profile": memory.profile, "facts": memory.facts},
         "feedback": [
             {
                 "thread_id": thread_id,
@@ -1150,6 +1141,19 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 # -- doctor ------------------------------------------------------------------------------
 
 
+def followup_line(counts: FollowUpCounts, now: datetime | None = None) -> str:
+    """``doctor``'s line on follow-up work: what is pending by kind, the oldest's age, what
+    was given up (the workers of ``serve`` do the work; none pending is the normal state)."""
+    pending = sum(counts.pending.values())
+    kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.pending.items()))
+    line = f"follow-up work: {pending} pending" + (f" ({kinds})" if kinds else "")
+    if counts.oldest is not None:
+        age = ((now or datetime.now(UTC)) - counts.oldest).total_seconds()
+        line += f", oldest {max(0.0, age):.0f} s"
+    given_up = sum(counts.given_up.values())
+    return line + f", {given_up} given up"
+
+
 async def _doctor(settings: Settings) -> int:
     """Each check on its own line; building only what a check needs."""
     print(describe(settings))
@@ -1167,6 +1171,7 @@ async def _doctor(settings: Settings) -> int:
             for name, state in (await stored.ready()).items():
                 print(f"{name}: {redact(state, secrets_of(settings))}")
                 ok = ok and state == "ok"
+            print(followup_line(await stored.backend.followups.counts()))
     except Exception as exc:  # doctor reports whatever fails
         failed(f"{settings.profile} storage", exc)
     counter = None

@@ -66,6 +66,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Retries of a failed model call (``ModelRetryMiddleware``), before the fallback."""
     model_fallback: str | None = None
     """A second model (``builtin`` or an ``init_chat_model`` string) when the first fails."""
+    followup_workers: int = 4
+    """Follow-up work (memory after an answer) this process does at once; 0: none here (the
+    work waits for a replica that runs workers)."""
+    followup_timeout_seconds: float = 45.0
+    """One attempt's preparation — the memory extraction's model call and reads — apart from
+    the chat call's timeout."""
+    followup_max_attempts: int = 8
+    """Attempts before follow-up work is given up (backoff 1, 2, 4 … 60 s between them); the
+    last one extracts memory by the rules if the model still fails."""
+    followup_lease_seconds: float = 90.0
+    """How long a replica holds an item; a killed replica's work is taken over after this."""
     run_timeout_seconds: float = 120.0
     """The whole run; past it the run ends (``error`` / 504 ``run-timeout``), nothing stored."""
     sse_heartbeat_seconds: float = 15.0
@@ -108,6 +119,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "run_timeout_seconds": self.run_timeout_seconds,
             "sse_heartbeat_seconds": self.sse_heartbeat_seconds,
             "http_keepalive_seconds": self.http_keepalive_seconds,
+            "followup_timeout_seconds": self.followup_timeout_seconds,
         }.items():
             if not seconds > 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
@@ -118,10 +130,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "model_token_delay_ms": self.model_token_delay_ms,
             "model_max_retries": self.model_max_retries,
             "shutdown_grace_seconds": self.shutdown_grace_seconds,
+            "followup_workers": self.followup_workers,
         }
         for name, amount in non_negative.items():
             if amount < 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must not be negative")
+        if self.followup_max_attempts < 1:
+            raise ConfigError(f"{PREFIX}FOLLOWUP_MAX_ATTEMPTS must be positive")
+        if not self.followup_lease_seconds > self.followup_timeout_seconds + 10:
+            raise ConfigError(
+                f"{PREFIX}FOLLOWUP_LEASE_SECONDS must exceed {PREFIX}FOLLOWUP_TIMEOUT_SECONDS "
+                "by more than 10 s (an attempt, then its write, within its lease)"
+            )
         if self.retention_days is not None and self.retention_days < 1:
             raise ConfigError(f"{PREFIX}RETENTION_DAYS must be positive when set")
         if self.retention_memory and self.retention_days is None:

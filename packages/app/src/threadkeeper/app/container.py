@@ -19,14 +19,17 @@ from threadkeeper.app.agent import SYSTEM_PROMPT, build_agent, observe_event, ob
 from threadkeeper.app.builtin_model import BuiltinChatModel
 from threadkeeper.app.config import ConfigError, Settings
 from threadkeeper.app.counters import counter_from_name
+from threadkeeper.app.followups import WorkerSettings
 from threadkeeper.app.memory import ModelExtractor, RuleExtractor
 from threadkeeper.app.model_calls import model_call_middleware
 from threadkeeper.app.runs import RunService
+from threadkeeper.app.runs.fold import SummaryJob, run_system
 from threadkeeper.app.storage import backend_resource
 from threadkeeper.domain.memory import MemoryRules
 from threadkeeper.domain.threads import ThreadScope
 from threadkeeper.domain.tokens import TokenCounter
 from threadkeeper.hooks import HookSettings, ModelSummarizer, build_pipeline
+from threadkeeper.hooks.pipeline import parse_hook_names
 
 
 def build_model(
@@ -87,6 +90,9 @@ def build_service(
         on_event=observe_event,
         summarizer=summarizer_for(settings.model, model, counter),
     )
+    folds_ahead = "summarize" in parse_hook_names(settings.hook_names())
+    if folds_ahead:  # folds made after a round, for the thread's next run (app.runs.fold)
+        hook_settings.ahead = backend.summaries
     hooks: Sequence[Any] = build_pipeline(
         settings.hook_names(),
         hook_settings,
@@ -117,6 +123,22 @@ def build_service(
         run_timeout=settings.run_timeout_seconds,
         profile=settings.profile,
         trace_id_key=settings.trace_id_key,
+        followups=WorkerSettings(
+            concurrency=settings.followup_workers,
+            lease_seconds=settings.followup_lease_seconds,
+            prepare_seconds=settings.followup_timeout_seconds,
+            max_attempts=settings.followup_max_attempts,
+        ),
+        summary_job=(
+            SummaryJob(
+                agent,
+                hook_settings,
+                backend.summaries,
+                system_of=run_system(backend.runs, knowledge),
+            )
+            if folds_ahead
+            else None
+        ),
     )
 
 

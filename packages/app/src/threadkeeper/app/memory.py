@@ -58,15 +58,28 @@ which is also all that ``plan_round`` admits from its answer."""
 
 class MemoryExtractor(Protocol):
     async def plan(
-        self, round_: RoundText, existing: Sequence[MemoryItem], rules: MemoryRules
-    ) -> MemoryWritePlan: ...
+        self,
+        round_: RoundText,
+        existing: Sequence[MemoryItem],
+        rules: MemoryRules,
+        *,
+        fall_back: bool = True,
+    ) -> MemoryWritePlan:
+        """The round's write plan. ``fall_back=False``: a failure of the extraction itself
+        (a model call) is raised, for the follow-up worker to retry later."""
+        ...
 
 
 class RuleExtractor:
     """``threadkeeper.domain.extraction`` (offline, deterministic)."""
 
     async def plan(
-        self, round_: RoundText, existing: Sequence[MemoryItem], rules: MemoryRules
+        self,
+        round_: RoundText,
+        existing: Sequence[MemoryItem],
+        rules: MemoryRules,
+        *,
+        fall_back: bool = True,
     ) -> MemoryWritePlan:
         return extract_and_plan(round_, existing, rules)
 
@@ -96,20 +109,28 @@ def parse_candidates(text: str, source: Provenance) -> list[MemoryItem]:
 
 
 class ModelExtractor:
-    """Asks the configured chat model; falls back to the rules when the model fails."""
+    """Asks the configured chat model; when the model fails, the failure is raised (the
+    follow-up worker retries it with backoff) or, on the last attempt, the rules are used."""
 
     def __init__(self, model: BaseChatModel) -> None:
         self.model = model
         self.fallback = RuleExtractor()
 
     async def plan(
-        self, round_: RoundText, existing: Sequence[MemoryItem], rules: MemoryRules
+        self,
+        round_: RoundText,
+        existing: Sequence[MemoryItem],
+        rules: MemoryRules,
+        *,
+        fall_back: bool = True,
     ) -> MemoryWritePlan:
         try:
             reply = await self.model.ainvoke(
                 [SystemMessage(EXTRACTION_PROMPT), HumanMessage(round_.human)]
             )
         except Exception:
+            if not fall_back:
+                raise
             log.warning("model memory extraction failed; using the rules", exc_info=True)
             return await self.fallback.plan(round_, existing, rules)
         source = Provenance(round_.thread_id, round_.message_id, round_.at)

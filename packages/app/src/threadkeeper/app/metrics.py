@@ -66,7 +66,7 @@ RUNS = _meter.create_counter(
     "threadkeeper.runs",
     unit="{run}",
     description="Runs asked for, by how they ended: status is the stored outcome's status "
-    "(answered, refused, escalated, ...) or the problem's slug (thread-busy, rate-limited, "
+    "(answered, clarifying, escalate) or the problem's slug (thread-busy, rate-limited, "
     "run-timeout, unavailable, ...), or cancelled (499: the client left before the end); "
     "http.response.status_code is the answer's code (an SSE run's error event carries it).",
 )
@@ -111,7 +111,9 @@ WINDOW_TOKENS = _meter.create_histogram(
 SUMMARY_FOLDS = _meter.create_counter(
     "threadkeeper.summary.folds",
     unit="{fold}",
-    description="Older turns folded into a thread's rolling summary, in stored runs.",
+    description="Older turns folded into a thread's rolling summary, in stored runs, by fold: "
+    "in_run (a fold the run made and waited for) or ahead (a fold made after an earlier "
+    "round by follow-up work, taken by the run).",
 )
 COMPACTIONS = _meter.create_counter(
     "threadkeeper.compactions",
@@ -160,12 +162,38 @@ MEMORY_REFUSALS = _meter.create_counter(
     description="Memory candidates refused by MemoryRules, by reason (values are never "
     "stored or logged).",
 )
-MEMORY_WRITE_FAILURES = _meter.create_counter(
-    "threadkeeper.memory.write_failures",
-    unit="{write}",
-    description="Memory writes after a stored round that failed (the round stays "
-    "acknowledged), by outcome: retrying (the write failed; one retry is scheduled), then "
-    "retried (the retry wrote it) or lost.",
+FOLLOWUPS = _meter.create_counter(
+    "threadkeeper.followups",
+    unit="{item}",
+    description="Follow-up work of stored rounds that ended an attempt, by kind (memory: "
+    "extraction and write; summary: a fold ahead of the thread's next run) and outcome: "
+    "done; retried (the attempt failed, due again after a backoff); given_up (failed its last "
+    "attempt: kept, never retried); dropped (nothing to do: its thread or user was deleted "
+    "first, its record is gone, or an earlier fold covers it); released (handed back untried "
+    "at shutdown).",
+)
+FOLLOWUPS_PENDING = _meter.create_gauge(
+    "threadkeeper.followups.pending",
+    unit="{item}",
+    description="Follow-up work still to do (waiting, leased or being written), by kind; "
+    "every replica reports the whole table, sampled every few seconds.",
+)
+FOLLOWUPS_GIVEN_UP = _meter.create_gauge(
+    "threadkeeper.followups.given_up",
+    unit="{item}",
+    description="Follow-up work given up and kept, by kind (sampled as pending is).",
+)
+FOLLOWUPS_OLDEST_AGE = _meter.create_gauge(
+    "threadkeeper.followups.oldest_age",
+    unit="s",
+    description="Age of the oldest follow-up work still to do (0: none).",
+)
+MEMORY_STALENESS = _meter.create_histogram(
+    "threadkeeper.memory.staleness",
+    unit="s",
+    description="From a round's acknowledgement (its follow-up work recorded) to its memory "
+    "written.",
+    explicit_bucket_boundaries_advisory=_SECONDS,
 )
 DELETIONS = _meter.create_counter(
     "threadkeeper.deletions",

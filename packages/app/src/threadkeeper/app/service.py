@@ -297,6 +297,8 @@ class MemoryEntry(msgspec.Struct, frozen=True):
 class MemoryView(msgspec.Struct, frozen=True):
     profile: list[MemoryEntry]
     facts: list[MemoryEntry]
+    pending: bool = False
+    """Follow-up work of the user's rounds is still to do: the memory may yet change."""
 
 
 class ThreadService(Protocol):

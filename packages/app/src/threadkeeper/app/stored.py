@@ -10,7 +10,7 @@ module imports message types and the domain, nothing heavier, and no profile.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -314,12 +314,32 @@ class StoredThreads:
         return await self.backend.health()
 
 
+def chunk_lookup(knowledge: Any, tenant_id: str) -> Callable[[str], dict[str, Any] | None]:
+    """A knowledge base's chunks of ``tenant_id`` by id, as a stored prompt renders them (here,
+    not in ``app.runs.fold``: ``replay`` uses it, and importing ``app.runs`` costs a command
+    ~1 s of start-up — the run service, LangChain's agent factory)."""
+
+    def chunk(chunk_id: str) -> dict[str, Any] | None:
+        found = knowledge.chunk(tenant_id, chunk_id)
+        if found is None:
+            return None
+        return {
+            "chunk_id": found.chunk_id,
+            "doc_id": found.doc_id,
+            "title": found.title,
+            "text": found.text,
+        }
+
+    return chunk
+
+
 __all__ = [
     "ExportedRun",
     "Replay",
     "RetentionPreview",
     "StoredThreads",
     "UserExport",
+    "chunk_lookup",
     "load_memory",
     "memory_view",
 ]

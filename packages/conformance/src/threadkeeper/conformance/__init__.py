@@ -5,7 +5,8 @@ Each suite is a base class of pytest tests that needs one or two fixtures from i
 (the implementation under test, plus seeding helpers where the port cannot seed itself):
 
 - ports of the domain: ``token_counter``, ``history_policy``, ``compactor``, ``memory_rules``,
-  ``run_lock``, ``thread_lock``, ``run_records``, ``transcript_archive``, ``retention``;
+  ``run_lock``, ``thread_lock``, ``run_records``, ``transcript_archive``, ``retention``,
+  ``followups``;
 - ``summarizer`` (``domain.summary.Summarizer``) and ``memory_extractor``
   (``app.memory.MemoryExtractor``);
 - ``backend``: an opened storage profile (``adapters.profile.Backend``) as the run service uses

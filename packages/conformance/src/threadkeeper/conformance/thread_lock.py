@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from threadkeeper.domain.errors import ThreadBusy
+from threadkeeper.domain.errors import ClaimLost, ThreadBusy
 from threadkeeper.domain.locks import RunFences, ThreadLock
 
 ThreadLockFactory = Callable[[], ThreadLock]
@@ -66,6 +66,30 @@ class ThreadLockConformance:
             assert await fences.revoke_user("acme", "erased") == [mine]
             assert not await fences.holds(mine, revoked)
             assert await fences.holds(theirs, kept)
+
+    async def test_a_user_being_erased_cannot_claim_until_the_erasure_is_over(
+        self, thread_lock: ThreadLock, fences: RunFences
+    ) -> None:
+        """The fence row: a claim by the erased user is refused (twice: a fence row that
+        exists already), another user's is not, and once the erasure is over the user's runs
+        claim again."""
+        erased, kept = f"erased-{uuid.uuid4().hex[:6]}", f"kept-{uuid.uuid4().hex[:6]}"
+        async with thread_lock.hold(_key(user=erased), "run-0", tenant_id="acme", user_id=erased):
+            pass  # the fence row exists before the erasure, as for any user who ran before
+        await fences.revoke_user("acme", erased)
+        for attempt in ("run-1", "run-2"):
+            with pytest.raises(ClaimLost, match="erased"):
+                async with thread_lock.hold(
+                    _key(user=erased), attempt, tenant_id="acme", user_id=erased
+                ):
+                    pytest.fail("a user being erased claimed a thread")
+        async with thread_lock.hold(_key(user=kept), "run-3", tenant_id="acme", user_id=kept):
+            pass
+        await fences.forget_user("acme", erased)
+        async with thread_lock.hold(
+            _key(user=erased), "run-4", tenant_id="acme", user_id=erased
+        ) as token:
+            assert token
 
     async def test_a_forgotten_claim_holds_for_nobody(
         self, thread_lock: ThreadLock, fences: RunFences

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -152,3 +152,16 @@ def with_documents(stored: str, chunks: Sequence[Mapping[str, Any]]) -> str:
     if not stored.endswith(DOCUMENTS_REF):
         return stored
     return stored[: -len(DOCUMENTS_REF)] + "\n\n" + render_documents(chunks)
+
+
+def prompt_as_sent(
+    stored: str, chunk_ids: Sequence[str], chunk: Callable[[str], Mapping[str, Any] | None]
+) -> str:
+    """A run record's stored prompt with its documents rendered again, each looked up by
+    ``chunk`` (its ``chunk_id``, ``doc_id``, ``title`` and ``text``; ``None``: the knowledge
+    base no longer has it, shown as missing)."""
+    if not stored.endswith(DOCUMENTS_REF):
+        return stored
+    missing = {"doc_id": "", "title": "", "text": "[missing]"}
+    chunks = [chunk(chunk_id) or {"chunk_id": chunk_id, **missing} for chunk_id in chunk_ids]
+    return with_documents(stored, chunks)

@@ -165,3 +165,95 @@ class ExtractiveSummarizer:
         if self._tokens(lines) > max_tokens:
             lines = self._select(lines, max_tokens)
         return "\n".join([SUMMARY_HEADING, *lines]) if lines else ""
+
+
+# --- folding ahead of need ----------------------------------------------------------------------
+
+FOLD_HEADROOM = 0.2
+"""The share of the window's budget a fold leaves free: a run that must fold folds that much
+further than it needs (so the next runs need no fold for a while), and follow-up work folds
+ahead once a thread has less than this left (``app.runs.fold``)."""
+
+FOLD_AHEAD_HEADROOM = 0.4
+"""The share a fold made ahead by follow-up work leaves free: it must still cover what the
+run after next needs, since the next run starts the instant the answer ends, before the fold
+(a model call) is made. A run that brings more than that — a long message, documents far
+longer than the last run's — folds the rest itself (and waits for it)."""
+
+
+class AheadSummary(msgspec.Struct, frozen=True):
+    """A fold made after a round, for the thread's next run (kept apart from the checkpoints:
+    follow-up work is never a writer of the thread's state).
+
+    It folds the thread's messages after the state's summary version ``base_version`` (0: none)
+    through ``through_id`` into ``text``. The next run's ``summarize`` hook takes it when the
+    state's summary is still ``base_version`` and ``through_id`` is in its history."""
+
+    base_version: int
+    through_id: str
+    text: str
+
+
+class SummariesAhead(Protocol):
+    """Where folds made ahead are kept, one per thread (the newest)."""
+
+    async def ahead(self, thread_key: str) -> AheadSummary | None: ...
+
+    async def keep(
+        self, thread_key: str, tenant_id: str, user_id: str, summary: AheadSummary
+    ) -> None: ...
+
+
+def fold_ahead_plan(
+    history: Sequence[BaseMessage],
+    summary: Summary | None,
+    window_start: int,
+    *,
+    after_turns: int,
+) -> tuple[list[BaseMessage], str | None]:
+    """(the messages a fold ahead folds, the id of the newest it covers): those before
+    ``window_start`` — where the next run's window is expected to begin — that ``summary`` does
+    not cover yet; nothing until the thread has more than ``after_turns`` turns."""
+    fold = messages_to_fold(history, window_start, summary, after_turns=after_turns)
+    if not fold:
+        return [], None
+    return fold, history[window_start - 1].id
+
+
+def index_of(history: Sequence[BaseMessage], message_id: str | None) -> int | None:
+    """The position of the message ``message_id`` in ``history`` (newest first search)."""
+    if message_id is None:
+        return None
+    for index in range(len(history) - 1, -1, -1):
+        if history[index].id == message_id:
+            return index
+    return None
+
+
+class InMemorySummariesAhead:
+    """``SummariesAhead`` in a dict (tests, the in-memory backend)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[str, str, AheadSummary]] = {}
+
+    async def ahead(self, thread_key: str) -> AheadSummary | None:
+        row = self.rows.get(thread_key)
+        return None if row is None else row[2]
+
+    async def keep(
+        self, thread_key: str, tenant_id: str, user_id: str, summary: AheadSummary
+    ) -> None:
+        self.rows[thread_key] = (tenant_id, user_id, summary)
+
+    def forget(self, *, thread_key: str | None = None, user: tuple[str, str] | None = None) -> None:
+        for key, (tenant_id, user_id, _) in list(self.rows.items()):
+            if key == thread_key or (tenant_id, user_id) == user:
+                del self.rows[key]
+
+    def rows_of(self, tenant_id: str, user_id: str, thread_keys: Sequence[str]) -> int:
+        keys = set(thread_keys)
+        return sum(
+            1
+            for key, (t, u, _) in self.rows.items()
+            if (t, u) == (tenant_id, user_id) or key in keys
+        )

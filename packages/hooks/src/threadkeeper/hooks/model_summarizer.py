@@ -48,6 +48,10 @@ def transcript_lines(messages: Sequence[BaseMessage]) -> list[str]:
     return lines
 
 
+class EmptySummary(Exception):
+    """The model answered nothing to fold (``fall_back=False``)."""
+
+
 class ModelSummarizer:
     """``Summarizer`` backed by a chat model; see the module docstring."""
 
@@ -57,8 +61,16 @@ class ModelSummarizer:
         self.fallback = ExtractiveSummarizer(counter)
 
     async def summarize(
-        self, previous: str | None, messages: Sequence[BaseMessage], *, max_tokens: int
+        self,
+        previous: str | None,
+        messages: Sequence[BaseMessage],
+        *,
+        max_tokens: int,
+        fall_back: bool = True,
     ) -> str:
+        """The new summary. ``fall_back=False`` (a fold made ahead by follow-up work, which
+        retries instead): a failed or empty model answer raises instead of folding
+        extractively."""
         lines = transcript_lines(messages)
         if not lines:
             return previous or ""
@@ -76,10 +88,14 @@ class ModelSummarizer:
                 request, config={"callbacks": [], "tags": ["nostream"]}
             )
         except Exception:
+            if not fall_back:
+                raise
             log.warning("the model could not summarize; folding extractively", exc_info=True)
             return self.fallback.fold(previous, messages, max_tokens=max_tokens)
         text = message_text(reply).strip()
         if not text:
+            if not fall_back:
+                raise EmptySummary("the model answered no summary")
             return self.fallback.fold(previous, messages, max_tokens=max_tokens)
         return self._within(f"{SUMMARY_HEADING}\n{text}", max_tokens)
 

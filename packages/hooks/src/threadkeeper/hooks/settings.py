@@ -10,7 +10,7 @@ from langchain.agents.middleware import AgentState
 from langchain_core.messages import SystemMessage
 
 from threadkeeper.domain.history import TurnWindowPolicy, Window
-from threadkeeper.domain.summary import ExtractiveSummarizer, Summarizer
+from threadkeeper.domain.summary import ExtractiveSummarizer, SummariesAhead, Summarizer
 from threadkeeper.domain.tokens import TiktokenCounter, TokenCounter
 
 
@@ -21,7 +21,7 @@ class ThreadState(AgentState[Any]):
 
 
 WindowObserver = Callable[[Window], None]
-HookEvent = Literal["summary_fold", "compaction"]
+HookEvent = Literal["summary_fold", "summary_ahead", "compaction"]
 EventObserver = Callable[[HookEvent], None]
 
 
@@ -43,8 +43,12 @@ class HookSettings:
     observer: WindowObserver | None = None
     """Called with every window the model is shown (per-run records, replay)."""
     on_event: EventObserver | None = None
-    """Called when a hook folds older turns into the summary or compacts the history
-    (metrics)."""
+    """Called when a hook folds older turns into the summary (``summary_fold``: in the run, a
+    model call it waits for; ``summary_ahead``: a fold made after an earlier round taken) or
+    compacts the history (metrics)."""
+    ahead: SummariesAhead | None = None
+    """Folds made ahead by follow-up work (``domain.summary.SummariesAhead``): ``summarize``
+    takes one instead of folding in the run when it covers what the run must fold."""
 
     _policy: TurnWindowPolicy | None = field(default=None, init=False, repr=False, compare=False)
     """The policy of ``counter``, kept: it keeps each thread's turn index between runs."""

@@ -13,10 +13,18 @@ from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ExtendedModelResponse
+from langchain_core.messages import HumanMessage
+from langgraph.config import get_config
 from langgraph.types import Command
 
 from threadkeeper.domain.errors import ContextOverflow, MessageTooLarge
-from threadkeeper.domain.summary import ExtractiveSummarizer, Summary, messages_to_fold
+from threadkeeper.domain.summary import (
+    FOLD_HEADROOM,
+    ExtractiveSummarizer,
+    Summary,
+    index_of,
+    messages_to_fold,
+)
 from threadkeeper.hooks.settings import HookSettings, ThreadState, state_summary, system_text
 
 
@@ -37,9 +45,12 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
     def name(self) -> str:
         return "summarize"
 
-    def _to_fold(self, request: ModelRequest[Any]) -> tuple[Summary | None, list[Any], str | None]:
+    def _to_fold(
+        self, request: ModelRequest[Any]
+    ) -> tuple[Summary | None, list[Any], str | None, int]:
         """(the summary so far, the messages to fold into it, the id of the newest message
-        the new summary covers — the last one before the window it is folded for)."""
+        the new summary covers — the last one before the window it is folded for —, where
+        that window starts)."""
         summary = Summary.from_state(state_summary(request.state))
         reserve = self.settings.summary_tokens
         try:
@@ -49,15 +60,42 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
                 system=system_text(request.system_message),
             )
         except (MessageTooLarge, ContextOverflow):
-            return summary, [], None  # no room for a summary this call; trim decides the rest
+            return summary, [], None, 0  # no room for a summary this call; trim decides the rest
         fold = messages_to_fold(
             request.messages,
             window.start,
             summary,
             after_turns=self.settings.summary_after_turns,
         )
-        through = request.messages[window.start - 1].id if fold else None
-        return summary, fold, through
+        if not fold:
+            return summary, [], None, window.start
+        # a fold is due: fold for a window with headroom (FOLD_HEADROOM), so that the
+        # next runs need none for a while — the time a fold made ahead by follow-up work needs
+        start = self._roomier(request, window.start, reserve)
+        fold = messages_to_fold(
+            request.messages, start, summary, after_turns=self.settings.summary_after_turns
+        )
+        return summary, fold, request.messages[start - 1].id, window.start
+
+    def _roomier(self, request: ModelRequest[Any], start: int, reserve: int) -> int:
+        """Where the window would start with ``FOLD_HEADROOM`` of the budget to spare —
+        never cutting into the newest turn — or ``start`` when that cannot be had."""
+        messages = request.messages
+        newest = max(
+            (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], HumanMessage)),
+            default=None,
+        )
+        if newest is None:
+            return start
+        try:
+            roomy = self.settings.policy.window(
+                messages,
+                budget=int((self.settings.budget - reserve) * (1 - FOLD_HEADROOM)),
+                system=system_text(request.system_message),
+            )
+        except (MessageTooLarge, ContextOverflow):
+            return start
+        return roomy.start if start <= roomy.start <= newest else start
 
     def _updated(
         self,
@@ -84,7 +122,7 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-        summary, fold, through = self._to_fold(request)
+        summary, fold, through, _ = self._to_fold(request)
         if not fold:
             return handler(request)
         summarizer = self.settings.summarizer
@@ -102,13 +140,45 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-        summary, fold, through = self._to_fold(request)
+        summary, fold, through, start = self._to_fold(request)
         if not fold:
             return await handler(request)
+        ahead = await self._ahead(request, summary)
+        previous = summary.text if summary else None
+        if ahead is not None:
+            covered = index_of(request.messages, ahead.through_id)
+            assert covered is not None  # _ahead checked it
+            if covered >= start - 1:  # folded ahead as far as this call needs, or further
+                request, new = self._updated(request, summary, ahead.text, ahead.through_id)
+                self.settings.note("summary_ahead")
+                return self._respond(await handler(request), new)
+            # behind: the rest is folded here, onto it (the run waits for this fold)
+            previous = ahead.text
+            fold = [m for m in fold if (index_of(request.messages, m.id) or 0) > covered]
         assert self.settings.summarizer is not None
         text = await self.settings.summarizer.summarize(
-            summary.text if summary else None, fold, max_tokens=self.settings.summary_tokens
+            previous, fold, max_tokens=self.settings.summary_tokens
         )
         request, new = self._updated(request, summary, text, through)
         self.settings.note("summary_fold")
         return self._respond(await handler(request), new)
+
+    async def _ahead(self, request: ModelRequest[Any], summary: Summary | None) -> Any:
+        """The fold made ahead for this thread (``HookSettings.ahead``), if it continues the
+        state's summary and covers messages the history still has; else ``None``."""
+        if self.settings.ahead is None:
+            return None
+        try:
+            thread_key = get_config().get("configurable", {}).get("thread_id")
+        except RuntimeError:  # called outside a graph run: no thread to look up
+            return None
+        if not thread_key:
+            return None
+        found = await self.settings.ahead.ahead(str(thread_key))
+        if found is None or found.base_version != (summary.version if summary else 0):
+            return None
+        begin = index_of(request.messages, summary.through_id) if summary else -1
+        covered = index_of(request.messages, found.through_id)
+        if covered is None or begin is None or covered <= begin:
+            return None
+        return found

@@ -49,6 +49,7 @@ from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
 from threadkeeper.adapters.embedded.connection import LoopConnection, connect, private_directory
 from threadkeeper.adapters.embedded.ledger import DDL as LEDGER_DDL
 from threadkeeper.adapters.embedded.ledger import sqlite_ledger
+from threadkeeper.adapters.followups import SqlFollowUps, SqlSummariesAhead
 from threadkeeper.adapters.ledger import CHANNEL, MessageLedger, refs_of
 from threadkeeper.adapters.rounds import RoundsOf, RoundStore, RoundWrite
 from threadkeeper.adapters.serde import checkpoint_serializer
@@ -58,6 +59,7 @@ from threadkeeper.adapters.sql import (
     SqlRunRecords,
     check_claim,
     insert_record,
+    record_followups,
 )
 from threadkeeper.adapters.sql_values import hide_values
 from threadkeeper.adapters.transcripts import CheckpointTranscript
@@ -225,6 +227,7 @@ class SqliteRoundStore(RoundStore):
                 if collect:  # rows only the deleted checkpoints referred to
                     await self.ledger.rows.delete_except(write.thread_key, refs or [], conn)
             await insert_record(conn, write.stored_record())
+            await record_followups(conn, write.record, write.followups)
         return applied, collect
 
 
@@ -298,6 +301,10 @@ class EmbeddedBackend(RoundsOf):
     engine: AsyncEngine
     runs: SqlRunRecords
     fences: SqlRunFences
+    followups: SqlFollowUps
+    summaries: SqlSummariesAhead
+    """Folds made ahead by follow-up work, for the threads' next runs."""
+    """The rounds' follow-up work (``domain.followups``), in the same database."""
     rounds: SqliteRoundStore
     lock: ClaimedLock
     """In process (one process per data directory), with the claims in SQLite."""
@@ -402,7 +409,8 @@ async def open_embedded(data_dir: str | Path, *, exclusive: bool = True) -> Asyn
         store = AsyncSqliteStore(connection)
         store.lock = guard
         await store.setup()
-        runs = SqlRunRecords(engine, guard)
+        followups = SqlFollowUps(engine, guard)
+        runs = SqlRunRecords(engine, guard, followups)
         await runs.create_tables()
         async with runs.begin() as conn:
             for statement in LEDGER_DDL:
@@ -418,6 +426,8 @@ async def open_embedded(data_dir: str | Path, *, exclusive: bool = True) -> Asyn
             engine=engine,
             runs=runs,
             fences=fences,
+            followups=followups,
+            summaries=SqlSummariesAhead(engine, guard),
             rounds=SqliteRoundStore(runs, ledger),
             lock=lock,
             retention=SqliteRetention(

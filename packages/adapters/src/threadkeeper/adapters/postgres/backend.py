@@ -31,6 +31,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
+from threadkeeper.adapters.followups import SqlFollowUps, SqlSummariesAhead
 from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.postgres.lock import SERVER_KEEPALIVES, AdvisoryThreadLock
 from threadkeeper.adapters.postgres.ratelimit import PostgresRateWindows
@@ -212,6 +213,10 @@ class PostgresBackend(RoundsOf):
     engine: AsyncEngine
     runs: SqlRunRecords
     fences: SqlRunFences
+    followups: SqlFollowUps
+    summaries: SqlSummariesAhead
+    """Folds made ahead by follow-up work, for the threads' next runs."""
+    """The rounds' follow-up work (``domain.followups``), in the same database."""
     rounds: PostgresRoundStore
     lock: AdvisoryThreadLock
     retention: PostgresRetention
@@ -287,7 +292,8 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
             )
         saver = PostgresLedger(AsyncPostgresSaver(pool, serde=checkpoint_serializer()), pool)
         store = AsyncPostgresStore(pool)
-        runs = SqlRunRecords(engine)
+        followups = SqlFollowUps(engine, None)
+        runs = SqlRunRecords(engine, None, followups)
         fences = SqlRunFences(engine, None)
         yield PostgresBackend(
             pool=pool,
@@ -296,6 +302,8 @@ async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
             engine=engine,
             runs=runs,
             fences=fences,
+            followups=followups,
+            summaries=SqlSummariesAhead(engine, None),
             rounds=PostgresRoundStore(engine, saver),
             lock=lock,
             retention=PostgresRetention(saver, store, runs, pool, lock, fences),

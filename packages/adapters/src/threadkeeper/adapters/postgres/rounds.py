@@ -24,7 +24,7 @@ from threadkeeper.adapters.atomic import StagedPut
 from threadkeeper.adapters.ledger import CHANNEL, refs_of
 from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.rounds import RoundStore, RoundWrite, resolve_in_doubt
-from threadkeeper.adapters.sql import check_claim, insert_record, run_records
+from threadkeeper.adapters.sql import check_claim, insert_record, record_followups, run_records
 from threadkeeper.adapters.weigh import TABLE_KINDS
 from threadkeeper.adapters.written import count_statement
 
@@ -146,6 +146,7 @@ class PostgresRoundStore(RoundStore):
                     if head is not None:
                         collect = await self._prune(raw, write.thread_key, head, collect)
                 await insert_record(conn, write.stored_record())
+                await record_followups(conn, write.record, write.followups)
             except BaseException:
                 self.ledger.discard(write.thread_key)
                 with contextlib.suppress(Exception):

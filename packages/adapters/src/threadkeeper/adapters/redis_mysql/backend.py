@@ -46,6 +46,12 @@ from threadkeeper.adapters.checkpoint_retention import (
     reset_memory,
     revoke_claims,
 )
+from threadkeeper.adapters.empty_context import (
+    connect_in_empty_context,
+    empty_context_connection,
+    in_empty_context,
+)
+from threadkeeper.adapters.followups import SqlFollowUps, SqlSummariesAhead
 from threadkeeper.adapters.profile import SchemaNotReady
 from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
 from threadkeeper.adapters.redis_mysql.client import OrjsonRedis
@@ -163,6 +169,11 @@ class WaitingRedisPool(BlockingConnectionPool):
     (``AtCapacity``: 503 ``at-capacity`` with ``Retry-After``, as the SQL pools answer), not a
     server out of reach."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # opened in an empty context: a connection keeps nothing of the run that opened it
+        self.connection_class = empty_context_connection(self.connection_class)
+
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
@@ -208,7 +219,11 @@ def _engine(url: str) -> AsyncEngine:
         pool_size=10,
         max_overflow=10,
         pool_timeout=POOL_WAIT_SECONDS,
-        pool_pre_ping=True,
+        # no ping per checkout (a round trip on every use): a connection the server dropped
+        # fails its statement, and SQLAlchemy discards it and every connection checked out
+        # before it (a disconnect invalidates the pool), so the next checkout connects anew;
+        # recycled well before MySQL's wait_timeout (8 h) closes an idle one
+        pool_pre_ping=False,
         pool_recycle=3600,
         connect_args={"connect_timeout": MYSQL_CONNECT_SECONDS, "read_timeout": MYSQL_READ_SECONDS},
     )
@@ -217,6 +232,7 @@ def _engine(url: str) -> AsyncEngine:
     def _connect(dbapi_connection: Any, _: Any) -> None:
         _fail_fast_asyncmy(dbapi_connection.driver_connection)
 
+    connect_in_empty_context(engine, asyncmy.connect)
     watch_engine(engine)  # a round's bytes written (RoundWork.written)
     hide_values(engine)  # nor in the driver's message, nor in rows logged at DEBUG
     return engine
@@ -230,9 +246,17 @@ class FailFastPool:
 
     @asynccontextmanager
     async def acquire(self) -> AsyncIterator[Any]:
-        async with asyncio.timeout(POOL_WAIT_SECONDS * 5), self.pool.acquire() as connection:
+        async with asyncio.timeout(POOL_WAIT_SECONDS * 5):
+            # a connection the pool opens here keeps nothing of the caller's context
+            connection = await in_empty_context(self._acquire)()
+        try:
             _fail_fast_asyncmy(connection)
             yield connection
+        finally:
+            await self.pool.release(connection)  # as asyncmy's own ``async with`` releases
+
+    async def _acquire(self) -> Any:
+        return await self.pool.acquire()
 
     def close(self) -> None:
         self.pool.close()
@@ -422,6 +446,10 @@ class RedisMysqlBackend(RoundsOf):
     archive: SqlTranscriptArchive
     runs: SqlRunRecords
     fences: SqlRunFences
+    followups: SqlFollowUps
+    summaries: SqlSummariesAhead
+    """Folds made ahead by follow-up work, for the threads' next runs."""
+    """The rounds' follow-up work (``domain.followups``), in the same database."""
     rounds: ArchiveRoundStore
     lock: ClaimedLock
     """``RedisRunLock`` for exclusion, the claims in MySQL (with the rounds they fence)."""
@@ -519,7 +547,8 @@ async def open_redis_mysql(
         )
         await saver.asetup()  # RediSearch indexes (created only where missing)
         archive = SqlTranscriptArchive(engine)
-        runs = SqlRunRecords(engine)
+        followups = SqlFollowUps(engine, None)
+        runs = SqlRunRecords(engine, None, followups)
         fences = SqlRunFences(engine, None)
         lock = ClaimedLock(RedisRunLock(redis, lock_ttl_seconds), fences)
         yield RedisMysqlBackend(
@@ -530,6 +559,8 @@ async def open_redis_mysql(
             archive=archive,
             runs=runs,
             fences=fences,
+            followups=followups,
+            summaries=SqlSummariesAhead(engine, None),
             rounds=ArchiveRoundStore(engine, archive, saver, POST_COMMIT_REDIS_SECONDS),
             lock=lock,
             retention=ArchiveRetention(archive, saver, store, runs, lock, fences),

@@ -22,7 +22,7 @@ from threadkeeper.adapters.atomic import StagedPut
 from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
 from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
 from threadkeeper.adapters.rounds import RoundStore, RoundWrite, resolve_in_doubt
-from threadkeeper.adapters.sql import check_claim, insert_record, run_records
+from threadkeeper.adapters.sql import check_claim, insert_record, record_followups, run_records
 from threadkeeper.adapters.timeouts import answer_within
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class ArchiveRoundStore(RoundStore):
                 session = await session_id(conn)
                 await self.archive.append_in(conn, write.round, write.tools)
                 await insert_record(conn, write.stored_record())
+                await record_followups(conn, write.record, write.followups)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await conn.rollback()

@@ -360,7 +360,9 @@ def _entry_out(entry: MemoryEntry) -> MemoryEntryOut:
 def memory_out(view: MemoryView) -> MemoryOut:
     """The memory body (also what ``threadkeeper export`` writes)."""
     return MemoryOut(
-        profile=[_entry_out(e) for e in view.profile], facts=[_entry_out(e) for e in view.facts]
+        profile=[_entry_out(e) for e in view.profile],
+        facts=[_entry_out(e) for e in view.facts],
+        pending=view.pending,
     )
 
 

@@ -133,6 +133,9 @@ class MemoryOut(msgspec.Struct, frozen=True):
 
     profile: list[MemoryEntryOut]
     facts: list[MemoryEntryOut]
+    pending: bool = False
+    """Memory work of the user's answered runs is still to do (it is done after each answer,
+    usually within a second or two): the memory may yet change. ``false``: it is current."""
 
 
 class MemoryResetOut(msgspec.Struct, frozen=True):

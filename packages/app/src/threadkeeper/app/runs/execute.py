@@ -1,23 +1,31 @@
-"""Executing one run: the graph inside the backend's round, then the round stored whole.
+"""Executing one run: its thread held, the graph inside the backend's round, the round stored
+whole, the thread let go, the caller answered.
 
-The order is the backend's contract (``adapters.profile.Backend``): within the run's round,
-the transcript's seed (a cold start is stored with the round), the graph streamed into the
-run's queue under the run's deadline, the outcome read from the final state, the round stored
-(``RoundWork.store``: archive, checkpoints and run record in the profile's order, then
-upkeep); then memory; then the thread's lock is released; only then is ``end`` sent (or the
-JSON body returned). A run that ends any other way — the SSE client gone, an error, a crash —
-leaves the thread as it was, and its ``error`` (or problem) too is sent only once the lock is
-released.
+One task owns a run from its claim to its acknowledgement (``RunExecutor.own``, the task
+``RunService.start_run`` creates): it takes the thread's lock (``async with lock.hold(…)``,
+which yields the claim that fences the round's writes), tells the service whether the run is
+admitted (``Started.admission``: admitted, refused — busy, a duplicate message — or a retry
+of a run that completed meanwhile), runs and stores the round, and leaves the ``async with``
+— the lock is entered and left by this one task, never released by another. The order is the
+backend's contract (``adapters.profile.Backend``): within the run's round, the transcript's
+seed (a cold start is stored with the round), the graph streamed into the run's queue under
+the run's deadline, the outcome read from the final state, the round stored
+(``RoundWork.store``: archive, checkpoints, run record and the round's follow-up work in the
+profile's order, then upkeep); then the thread's lock is released; only then is ``end`` sent
+(or the JSON body returned), and the follow-up workers are woken (``recorded``): the
+follow-up work — the memory the round teaches — is theirs (``app.followups``). A run that
+ends any other way — the SSE client gone, an error, a crash, a refusal — leaves the thread as
+it was, and its ``error`` (or problem) too is sent only once the lock is released. A release
+that fails is logged: it never turns the run's outcome into an error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,6 +38,7 @@ from threadkeeper.app.agent import RunTrace, current_trace
 from threadkeeper.app.metrics import (
     COLD_STARTS,
     COMPACTIONS,
+    LOCK_WAIT,
     RUN_DURATION,
     SUMMARY_FOLDS,
     THREAD_BYTES,
@@ -38,13 +47,13 @@ from threadkeeper.app.metrics import (
     count_round_bytes,
     count_run,
 )
-from threadkeeper.app.runs.handles import LiveRun
+from threadkeeper.app.runs.handles import CompletedRun, LiveRun
 from threadkeeper.app.runs.outcome import finish
-from threadkeeper.app.runs.remember import MemoryWriter
 from threadkeeper.app.service import (
     Caller,
     RunEvent,
     RunFailed,
+    RunResultOut,
     Unavailable,
     problem_spec,
     run_failure,
@@ -58,7 +67,8 @@ from threadkeeper.app.telemetry import (
     record_failure,
     tracer,
 )
-from threadkeeper.domain.errors import DomainError, RunTimeout
+from threadkeeper.domain.errors import DomainError, RunTimeout, ThreadBusy
+from threadkeeper.domain.followups import MEMORY
 from threadkeeper.domain.threads import ThreadRef, log_name
 from threadkeeper.domain.tokens import TokenCounter, message_text
 
@@ -112,13 +122,29 @@ CLIENT_CLOSED = 499
 """Its ``http.response.status_code``: no answer was sent (the code proxies log for it)."""
 
 
+FollowUpsOf = Callable[[str, Mapping[str, Any], str], Sequence[str]]
+"""The kinds of follow-up work a stored round leaves (``domain.followups``), from its outcome's
+status, the thread's state after it and the system message its run was last sent: recorded
+with the round, in its transaction."""
+
+
+def memory_only(status: str, values: Mapping[str, Any], system: str) -> Sequence[str]:
+    """An answered round teaches memory; any other leaves no follow-up work."""
+    return (MEMORY,) if status == "answered" else ()
+
+
 @dataclass(frozen=True)
 class Started:
-    """A run the service has admitted: its thread held, its human message built."""
+    """A run the service has accepted, its human message built: its task (``own``) takes the
+    thread and tells whether it is admitted (``admission``)."""
 
     run: LiveRun
     hold: AbstractAsyncContextManager[str]
-    claim: str
+    """The thread's lock, not entered yet: the run's task holds it (``async with``)."""
+    admit: Callable[[], Awaitable[CompletedRun | None]]
+    """The service's checks once the thread is held: a refusal is raised (a duplicate
+    message); a run that completed while this retry of it waited for the thread is its
+    stored answer; ``None``: the run is admitted."""
     ref: ThreadRef
     caller: Caller
     human: HumanMessage
@@ -128,6 +154,24 @@ class Started:
     admitted: float = field(default_factory=time.perf_counter)
     """When the service was asked for the run (``time.perf_counter``): run duration and time
     to first token are measured from here."""
+    admission: asyncio.Future[CompletedRun | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    """The run's task answers the service here: ``None`` once the run is admitted (``run``
+    is its handle), a ``CompletedRun`` to replay, or the refusal raised (``ThreadBusy``…).
+    A refusal or a replay is answered once the thread is let go."""
+
+
+@dataclass
+class Ending:
+    """How an admitted run ended: told its caller once the thread is let go."""
+
+    outcome: RunResultOut | None = None
+    """The stored round's outcome (``end``)."""
+    failure: DomainError | None = None
+    """Nothing was stored: ``error`` (or the problem)."""
+    followups: int = 0
+    """Follow-up work the stored round recorded (the worker is woken only for some)."""
 
 
 def mode_of(request: Any) -> str:
@@ -143,29 +187,104 @@ class RunExecutor:
         *,
         agent: Any,
         backend: Backend,
-        memory: MemoryWriter,
+        recorded: Callable[[], None] = lambda: None,
         counter: TokenCounter,
         prompt: str,
         run_timeout: float,
         draining: Callable[[], bool],
         profile: str = "",
         conversations: ConversationIds | None = None,
+        followups_of: FollowUpsOf | None = None,
     ) -> None:
         self.agent = agent
         self.backend = backend
-        self.memory = memory
+        self.recorded = recorded
+        """Called once a round recorded follow-up work (wakes this process's worker)."""
         self.counter = counter
         self.prompt = prompt
         self.run_timeout = run_timeout
         self.draining = draining
         self.profile = profile
         self.conversations = conversations or ConversationIds(None)
+        self.followups_of = followups_of or memory_only
+        """The kinds of follow-up work a round leaves, by its status and the thread's state."""
         self.background: set[asyncio.Task[None]] = set()
         """Threads being weighed after their rounds (shutdown waits for them)."""
         self._weighed: float | None = None
         """When this process last weighed a thread (``time.monotonic``)."""
 
-    async def traced(self, started: Started) -> None:
+    async def own(self, started: Started) -> None:
+        """The run's task, from its claim to its acknowledgement (see the module docstring):
+        the thread is held for the admission's checks and the run (``async with``), let go,
+        and only then is the caller answered — its refusal, its replay, ``end`` or
+        ``error``."""
+        run, admission = started.run, started.admission
+        # not admitted: the refusal or the replay, answered once the thread is let go
+        answer: CompletedRun | Exception | None = None
+        ending = Ending()
+        entered = cancelled = False
+        waited = time.perf_counter()
+        try:
+            async with started.hold as claim:
+                entered = True
+                self._lock_wait(waited, "held")
+                try:
+                    try:
+                        answer = await started.admit()
+                    except Exception as refused:
+                        answer = refused
+                    if answer is None and not admission.done():  # done: its caller left
+                        admission.set_result(None)  # admitted: the caller has its handle
+                        await self.traced(started, claim, ending)
+                except asyncio.CancelledError:
+                    cancelled = True
+                    raise
+        except Exception as exc:
+            if not entered:  # refused by the lock (or its store): nothing is held
+                if isinstance(exc, ThreadBusy):
+                    self._lock_wait(waited, "busy")
+                answer = exc
+            else:  # everything within catches its own errors: this is the release's
+                log.warning(
+                    "run %s on %s: releasing the thread failed",
+                    run.run_id,
+                    log_name(started.ref.key),
+                    exc_info=True,
+                )
+                if cancelled:
+                    raise asyncio.CancelledError from exc
+        finally:
+            # the thread is let go: now the caller is answered
+            if not admission.done():
+                if isinstance(answer, Exception):
+                    admission.set_exception(answer)
+                elif answer is not None:
+                    admission.set_result(answer)
+                else:  # cancelled before it was admitted: shutdown, or its caller gone
+                    admission.set_exception(self._cancelled())
+            if ending.failure is not None:
+                run.fail(ending.failure)  # an SSE client still there gets `error`
+            if (outcome := ending.outcome) is not None:
+                self._record(started, outcome.status, 200)
+                run.succeed(outcome)
+                self._weigh_later(started.ref.key)
+                if ending.followups:  # a clarifying or escalated round records none
+                    self.recorded()
+            run.close()
+
+    def _lock_wait(self, waited: float, outcome: str) -> None:
+        """``threadkeeper.lock.wait``: how long the thread took to be held (or refused)."""
+        LOCK_WAIT.record(
+            time.perf_counter() - waited, {"profile": self.profile, "outcome": outcome}
+        )
+
+    def _cancelled(self) -> DomainError:
+        """What a cancelled run fails with: shutdown's ``Unavailable``, or ``RunFailed``."""
+        if self.draining():
+            return Unavailable("the service is shutting down; nothing was stored")
+        return RunFailed("the run was cancelled")
+
+    async def traced(self, started: Started, claim: str, ending: Ending) -> None:
         """``execute`` in an ``invoke_agent`` span (GenAI semantic conventions; a child of the
         request's span: the task copies the request's context). The thread is named by
         ``gen_ai.conversation.id`` (an HMAC of its key), never by its key or the user's id."""
@@ -188,17 +307,14 @@ class RunExecutor:
             attributes=attributes,
         ) as span:
             try:
-                await self.execute(started, conversation)
+                await self.execute(started, claim, ending, conversation)
             except BaseException as exc:
                 record_failure(span, exc)
                 raise
-            outcome = run.outcome
-            if outcome.done() and not outcome.cancelled() and outcome.exception() is None:
-                span.set_attribute("threadkeeper.status", outcome.result().status)
-            elif outcome.done() and not outcome.cancelled():
-                failure = outcome.exception()
-                if failure is not None:
-                    record_failure(span, failure)
+            if ending.outcome is not None:
+                span.set_attribute("threadkeeper.status", ending.outcome.status)
+            elif ending.failure is not None:
+                record_failure(span, ending.failure)
 
     def _count_failure(self, started: Started, failure: DomainError) -> None:
         """The run in ``threadkeeper.runs`` and ``threadkeeper.run.duration``, by its status:
@@ -217,18 +333,21 @@ class RunExecutor:
             {"profile": self.profile, "status": status, "mode": mode},
         )
 
-    async def execute(self, started: Started, conversation: str | None = None) -> None:
+    async def execute(
+        self, started: Started, claim: str, ending: Ending, conversation: str | None = None
+    ) -> None:
+        """The admitted run within its thread's hold (``claim``): the graph in the round, the
+        round stored; how it ended is left in ``ending`` (its caller is answered by ``own``
+        once the thread is let go). A cancellation is recorded there too, then raised."""
         run, ref, human = started.run, started.ref, started.human
         config = run_config(ref, started.caller)
         trace = RunTrace(conversation_id=conversation)  # traced() named the thread
         current_trace.set(trace)
-        outcome = None
-        failure: DomainError | None = None
         try:
             await run.queue.put(
                 RunEvent("metadata", {"run_id": run.run_id, "thread_id": ref.thread_id})
             )
-            with self.backend.round(ref.key, started.claim) as round_work:
+            with self.backend.round(ref.key, claim) as round_work:
                 deadline = asyncio.timeout(self.run_timeout)
                 try:
                     async with deadline:
@@ -271,19 +390,18 @@ class RunExecutor:
                     counter=self.counter,
                     prompt=self.prompt,
                 )
+                # what the round teaches is follow-up work, recorded with it: done after `end`
+                system = trace.system_prompts[-1] if trace.system_prompts else self.prompt
+                followups = self.followups_of(finished.outcome.status, state.values, system)
                 with tracer().start_as_current_span("threadkeeper.commit", record_exception=False):
-                    await round_work.store(finished.record, finished.round, trace.tools)
-            outcome = finished.outcome  # stored: nothing from here on turns it into an error
+                    await round_work.store(finished.record, finished.round, trace.tools, followups)
+            ending.outcome = finished.outcome  # stored: a failing release does not undo it
+            ending.followups = len(followups)
             self._count_stored(trace, cold_start=seed is not None)
             count_round_bytes(round_work.written, self.profile)
-            if outcome.status == "answered":
-                await self.memory.write_or_retry(
-                    ref, human, outcome.message.content, run.run_id, started.claim
-                )
         except asyncio.CancelledError:
-            failure = RunFailed("the run was cancelled")
+            failure = ending.failure = self._cancelled()
             if self.draining():
-                failure = Unavailable("the service is shutting down; nothing was stored")
                 self._count_failure(started, failure)
             elif run.client_gone:
                 # its own outcome, not a 5xx that pages someone: nobody was answered (499, as
@@ -301,26 +419,14 @@ class RunExecutor:
                 self._count_failure(started, failure)
             raise
         except Exception as exc:
-            failure = run_failure(exc)
+            failure = ending.failure = run_failure(exc)
             if isinstance(failure, RunFailed):
                 log.exception("run %s on %s failed", run.run_id, log_name(ref.key))
             else:
                 log.warning("run %s on %s: %s", run.run_id, log_name(ref.key), failure)
-            outcome = None
+            ending.outcome = None
             self._count_failure(started, failure)
         finally:
-            try:
-                with contextlib.suppress(Exception):
-                    # released before `end` or `error` is sent: a caller's next run is not busy
-                    await started.hold.__aexit__(None, None, None)
-            finally:
-                if failure is not None:
-                    run.fail(failure)  # an SSE client still there gets `error`
-            if outcome is not None:
-                self._record(started, outcome.status, 200)
-                run.succeed(outcome)
-                self._weigh_later(ref.key)
-            run.close()
             trace.release()  # a connection opened during the run keeps this context
 
     def _weigh_later(self, thread_key: str) -> None:
@@ -357,7 +463,9 @@ class RunExecutor:
             if window.before_trim is not None:
                 WINDOW_TOKENS.record(window.before_trim, {**profile, "stage": "before_trim"})
         if folds := trace.events.get("summary_fold"):
-            SUMMARY_FOLDS.add(folds, profile)
+            SUMMARY_FOLDS.add(folds, {**profile, "fold": "in_run"})
+        if taken := trace.events.get("summary_ahead"):
+            SUMMARY_FOLDS.add(taken, {**profile, "fold": "ahead"})
         if compactions := trace.events.get("compaction"):
             COMPACTIONS.add(compactions, profile)
         if cold_start:

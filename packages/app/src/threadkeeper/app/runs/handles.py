@@ -83,10 +83,18 @@ class LiveRun:
                     item = self.queue.get_nowait()
                 yield batch
         finally:
-            task = self.task
-            if not finished and task is not None and not task.done() and not self.finishing:
-                self.client_gone = True
-                task.cancel()  # the client is gone: the run must leave no trace
+            if not finished:
+                self.abandon()
+
+    def abandon(self) -> bool:
+        """Its client is gone: cancel the run — it must leave no trace — unless it is storing
+        its round (a finished run is stored whole). Whether it was cancelled."""
+        task = self.task
+        if task is None or task.done() or self.finishing:
+            return False
+        self.client_gone = True
+        task.cancel()
+        return True
 
     async def result(self) -> RunResultOut:
         return await asyncio.shield(self.outcome)

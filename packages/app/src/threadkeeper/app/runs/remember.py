@@ -1,26 +1,28 @@
-"""Memory from a stored round: extracted, checked by ``MemoryRules``, written to the store.
+"""The ``memory`` follow-up of a stored round: extracted, checked by ``MemoryRules``, written.
 
-The write runs after the round is stored and before the thread's lock is released (an erasure
-waits for it, and so never races it), bounded; a failure never touches the answer: it is
-logged, counted and retried once in the background — unless the thread was claimed since
-(the user erased, or a newer run).
+It runs after the run was acknowledged, in a follow-up worker (``app.followups``): the round
+is read back from what was stored — its run record (the answer) and the human message it
+names — so the work holds no content of its own, and a thread deleted meanwhile leaves nothing
+to do. ``prepare`` is the slow part (a model-based extraction is a model call); the write it
+returns is made only once the worker has announced it (``FollowUps.begin_write``), so a
+deletion or erasure either cancels the work first or waits for the write.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from langchain_core.messages import HumanMessage
-from langgraph.store.base import BaseStore, PutOp
+from langgraph.store.base import PutOp
 
 from threadkeeper.app.memory import MemoryExtractor
-from threadkeeper.app.metrics import MEMORY_WRITE_FAILURES, count_memory_writes, count_refusals
+from threadkeeper.app.metrics import count_memory_writes, count_refusals
 from threadkeeper.app.runs.outcome import now
 from threadkeeper.app.stored import load_memory
 from threadkeeper.domain.extraction import RoundText
-from threadkeeper.domain.locks import RunFences
+from threadkeeper.domain.followups import FollowUp
 from threadkeeper.domain.memory import (
     MemoryItem,
     MemoryKind,
@@ -28,66 +30,52 @@ from threadkeeper.domain.memory import (
     Provenance,
     memory_namespace,
 )
-from threadkeeper.domain.threads import ThreadRef
 from threadkeeper.domain.tokens import message_text
 
-MEMORY_RETRY_DELAY_SECONDS = 1.0
-MEMORY_WRITE_SECONDS = 10.0
-"""The memory write after a stored round (a model-based extraction included) holds the
-thread and the ``end`` event this long at most; then it is retried in the background."""
+if TYPE_CHECKING:  # the app is wired with a backend; it never imports one
+    from threadkeeper.adapters.profile import Backend
+
 log = logging.getLogger("threadkeeper.app.runs")
 
+Write = Callable[[], Awaitable[None]]
 
-class MemoryWriter:
+
+class MemoryJob:
     """Writes what a stored round teaches about its user (see the module docstring)."""
 
     def __init__(
         self,
-        store: BaseStore,
-        fences: RunFences,
+        backend: Backend,
         extractor: MemoryExtractor,
         rules: MemoryRules,
         profile: str = "",
     ) -> None:
-        self.profile = profile
-        self.store = store
-        self.fences = fences
+        self.backend = backend
+        self.store = backend.store
         self.extractor = extractor
         self.rules = rules
-        self.background: set[asyncio.Task[None]] = set()
-        """Retries in flight (shutdown waits for them)."""
+        self.profile = profile
 
-    async def write_or_retry(
-        self, ref: ThreadRef, human: HumanMessage, answer: str, run_id: str, claim: str
-    ) -> None:
-        try:
-            async with asyncio.timeout(MEMORY_WRITE_SECONDS):
-                await self.write(ref, human, answer)
-        except Exception:
-            log.warning("memory write after run %s failed; retrying once", run_id, exc_info=True)
-            MEMORY_WRITE_FAILURES.add(1, {"outcome": "retrying"})
-            task = asyncio.create_task(self._retry(ref, human, answer, run_id, claim))
-            self.background.add(task)
-            task.add_done_callback(self.background.discard)
+    async def prepare(self, job: FollowUp, *, last: bool) -> Write | None:
+        """The write of the round's memory, planned (``None``: nothing to do — the round is
+        gone, or was not answered). ``last``: the final attempt, where a model-based
+        extraction that fails falls back to the rules instead of failing again.
 
-    async def _retry(
-        self, ref: ThreadRef, human: HumanMessage, answer: str, run_id: str, claim: str
-    ) -> None:
-        await asyncio.sleep(MEMORY_RETRY_DELAY_SECONDS)
-        try:
-            if not await self.fences.holds(ref.key, claim):
-                MEMORY_WRITE_FAILURES.add(1, {"outcome": "lost"})
-                log.warning("memory of run %s not retried: the thread was claimed since", run_id)
-                return
-            async with asyncio.timeout(MEMORY_WRITE_SECONDS):
-                await self.write(ref, human, answer)
-        except Exception:
-            MEMORY_WRITE_FAILURES.add(1, {"outcome": "lost"})
-            log.error("memory write after run %s failed again; not kept", run_id, exc_info=True)
-        else:
-            MEMORY_WRITE_FAILURES.add(1, {"outcome": "retried"})
-
-    async def write(self, ref: ThreadRef, human: HumanMessage, answer: str) -> None:
+        Raises:
+            Exception: the extraction (or a read) failed: the worker retries.
+        """
+        record = await self.backend.runs.get(job.thread_key, job.run_id)
+        if record is None or record.status != "answered":
+            return None
+        message = record.response.get("message")
+        answer = message.get("content") if isinstance(message, dict) else None
+        human_id = record.human_message_id
+        found = await self.backend.transcript.replay_messages(
+            job.thread_key, record.checkpoint_id, [human_id]
+        )
+        human = found.get(human_id)
+        if human is None or not isinstance(answer, str):
+            return None
         existing = [
             MemoryItem(
                 kind=MemoryKind(m["kind"]),
@@ -99,24 +87,24 @@ class MemoryWriter:
                     datetime.fromisoformat(m["source"]["at"]) if m["source"].get("at") else now(),
                 ),
             )
-            for m in await load_memory(self.store, ref.tenant_id, ref.user_id)
+            for m in await load_memory(self.store, job.tenant_id, job.user_id)
         ]
         plan = await self.extractor.plan(
             RoundText(
-                thread_id=ref.thread_id,
-                message_id=str(human.id),
+                thread_id=record.thread_id,
+                message_id=human_id,
                 human=message_text(human),
                 answer=answer,
-                at=now(),
+                at=record.created_at,
             ),
             existing,
             self.rules,
+            fall_back=last,
         )
-        count_refusals(plan.refused)
         ttl = self.store.ttl_config.get("default_ttl") if self.store.ttl_config else None
         ops = [  # one batch, as aput and adelete would each send theirs: one transaction
             PutOp(
-                memory_namespace(ref.tenant_id, ref.user_id, item.kind),
+                memory_namespace(job.tenant_id, job.user_id, item.kind),
                 item.key,
                 {
                     "value": item.value,
@@ -130,12 +118,17 @@ class MemoryWriter:
             )
             for item in plan.puts
         ] + [
-            PutOp(memory_namespace(ref.tenant_id, ref.user_id, kind), key, None)
+            PutOp(memory_namespace(job.tenant_id, job.user_id, kind), key, None)
             for kind, key in plan.deletes
         ]
-        if ops:
-            await self.store.abatch(ops)
-        written: dict[str, int] = {}
-        for item in plan.puts:
-            written[item.kind.value] = written.get(item.kind.value, 0) + 1
-        count_memory_writes(written, self.profile)
+
+        async def write() -> None:
+            if ops:
+                await self.store.abatch(ops)
+            count_refusals(plan.refused)
+            written: dict[str, int] = {}
+            for item in plan.puts:
+                written[item.kind.value] = written.get(item.kind.value, 0) + 1
+            count_memory_writes(written, self.profile)
+
+        return write

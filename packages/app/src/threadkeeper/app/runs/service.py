@@ -1,26 +1,38 @@
 """The run service: ``ThreadService`` over one opened backend and the compiled agent.
 
-Starting a run is here (validation, idempotency, the thread's lock); executing it is
-``execute``, its outcome ``outcome``, the memory it teaches ``remember``; reads and deletions
-are the backend's stored threads (``app.stored``). Shutdown drains the runs in flight.
+Starting a run is here: validation and idempotency, then the run's own task
+(``RunExecutor.own``), which owns the run from its claim to its acknowledgement — it holds
+the thread's lock (``async with``), makes the checks that need the thread held
+(``_admit``: a retry of a run that completed meanwhile, a duplicate message), runs and stores
+the round, lets the thread go, then answers. ``start_run`` waits for that task's admission
+(``Started.admission``) and returns the run's handle, or raises its refusal; a caller gone
+meanwhile takes the run with it (the task is cancelled, and leaves nothing held). Executing a
+run is ``execute``, its outcome ``outcome``, the memory it teaches ``remember`` (follow-up
+work, woken by each stored round); reads and deletions are the backend's stored threads
+(``app.stored``). Shutdown drains the runs in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from langchain_core.messages import HumanMessage
 
+from threadkeeper.app.followups import FollowUpWorker, Job, WorkerSettings
 from threadkeeper.app.memory import MemoryExtractor, RuleExtractor
-from threadkeeper.app.metrics import LOCK_WAIT, count_run
+from threadkeeper.app.metrics import count_run
 from threadkeeper.app.runs.execute import RunExecutor, Started, mode_of, run_config
+from threadkeeper.app.runs.fold import SummaryJob
 from threadkeeper.app.runs.handles import CompletedRun, LiveRun
 from threadkeeper.app.runs.outcome import now
-from threadkeeper.app.runs.remember import MemoryWriter
+from threadkeeper.app.runs.remember import MemoryJob
 from threadkeeper.app.service import (
     MAX_MESSAGE_BYTES,
     Caller,
@@ -34,7 +46,8 @@ from threadkeeper.app.service import (
 )
 from threadkeeper.app.stored import StoredThreads
 from threadkeeper.app.telemetry import ConversationIds
-from threadkeeper.domain.errors import DomainError, MessageTooLarge, ThreadBusy
+from threadkeeper.domain.errors import DomainError, MessageTooLarge
+from threadkeeper.domain.followups import MEMORY, SUMMARY
 from threadkeeper.domain.memory import MemoryRules
 from threadkeeper.domain.retention import ErasureReceipt
 from threadkeeper.domain.runs import IdempotencyMismatch
@@ -68,6 +81,8 @@ class RunService:
         run_timeout: float = RUN_TIMEOUT_SECONDS,
         profile: str = "",
         trace_id_key: str | None = None,
+        followups: WorkerSettings | None = None,
+        summary_job: SummaryJob | None = None,
     ) -> None:
         self.agent = agent
         self.backend = backend
@@ -75,25 +90,40 @@ class RunService:
         self.budget = budget
         self.scope = scope
         self.threads = StoredThreads(backend, scope)
-        self.memory_writer = MemoryWriter(
-            backend.store, backend.fences, extractor or RuleExtractor(), rules, profile
-        )
+        self.memory_job = MemoryJob(backend, extractor or RuleExtractor(), rules, profile)
+        self.summary_job = summary_job
+        """Folds older turns ahead of a thread's next run (``None``: no ``summarize`` hook)."""
+        jobs: dict[str, Job] = {MEMORY: self.memory_job}
+        if summary_job is not None:
+            jobs[SUMMARY] = summary_job
+        self.worker = FollowUpWorker(backend.followups, jobs, followups, profile)
+        """Does the follow-up work of stored rounds (``start_followups``: ``serve`` does)."""
         self.profile = profile
         self.executor = RunExecutor(
             agent=agent,
             backend=backend,
-            memory=self.memory_writer,
+            recorded=self.worker.wake,
             counter=counter,
             prompt=prompt,
             run_timeout=run_timeout,
             draining=lambda: self._draining,
             profile=profile,
             conversations=ConversationIds(trace_id_key),
+            followups_of=self._followups_of,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         """Runs in flight (shutdown drains them)."""
         self._runs: dict[asyncio.Task[None], LiveRun] = {}
         self._draining = False
+
+    def _followups_of(self, status: str, values: Mapping[str, Any], system: str) -> Sequence[str]:
+        """An answered round teaches memory, and leaves a fold to make ahead of the thread's
+        next run when that run would otherwise have to fold (``app.runs.fold``)."""
+        if status != "answered":
+            return ()
+        if self.summary_job is not None and self.summary_job.wanted(values, system):
+            return (MEMORY, SUMMARY)
+        return (MEMORY,)
 
     @property
     def retention(self) -> Any:
@@ -141,36 +171,48 @@ class RunService:
         if tokens + REPLY_PRIMING > self.budget:
             raise MessageTooLarge(tokens, self.budget)
 
-        hold = self.backend.lock.hold(ref.key, run_id, tenant_id=ref.tenant_id, user_id=ref.user_id)
-        waited = time.perf_counter()
+        run = LiveRun(run_id)
+        started = Started(
+            run,
+            self.backend.lock.hold(ref.key, run_id, tenant_id=ref.tenant_id, user_id=ref.user_id),
+            functools.partial(self._admit, ref, caller, request),
+            ref,
+            caller,
+            human,
+            request.message.id,
+            request.deltas,
+            admitted,
+        )
+        task = asyncio.create_task(self.executor.own(started))  # it holds the thread
+        run.task = task
+        self._tasks.add(task)
+        self._runs[task] = run
+        task.add_done_callback(self._run_done)
+        admission = started.admission
         try:
-            claim = await hold.__aenter__()  # ThreadBusy propagates: nothing was stored
-        except ThreadBusy:
-            LOCK_WAIT.record(
-                time.perf_counter() - waited, {"profile": self.profile, "outcome": "busy"}
-            )
+            done = await admission  # ThreadBusy, a duplicate…: raised; nothing was stored
+        except asyncio.CancelledError:
+            if admission.done() and not admission.cancelled():
+                admission.exception()  # answered as its caller left: nobody will ask
+            if run.abandon():  # its caller is gone: so is the run, and what it held
+                await asyncio.wait({task})
             raise
-        LOCK_WAIT.record(time.perf_counter() - waited, {"profile": self.profile, "outcome": "held"})
-        try:
-            if request.run_id is not None and (done := await self._completed(ref, request)):
-                await hold.__aexit__(None, None, None)
-                count_run(self.profile, "replayed", 200, mode_of(request))
-                return done  # it completed while this retry waited for the thread
-            if request.message.id is not None:
-                await self._refuse_duplicate(ref, caller, request.message.id)
-            run = LiveRun(run_id)
-            started = Started(
-                run, hold, claim, ref, caller, human, request.message.id, request.deltas, admitted
-            )
-            task = asyncio.create_task(self.executor.traced(started))
-            run.task = task
-            self._tasks.add(task)
-            self._runs[task] = run
-            task.add_done_callback(self._run_done)
-        except BaseException:
-            await hold.__aexit__(None, None, None)
-            raise
-        return run
+        if done is None:
+            return run
+        count_run(self.profile, "replayed", 200, mode_of(request))
+        return done  # it completed while this retry waited for the thread
+
+    async def _admit(
+        self, ref: ThreadRef, caller: Caller, request: RunRequest
+    ) -> CompletedRun | None:
+        """The checks made once the run's task holds the thread (``Started.admit``): a retry
+        of a run that completed while it waited for the thread is answered that run's stored
+        outcome; a message already in the thread is refused (``DuplicateMessage``)."""
+        if request.run_id is not None and (done := await self._completed(ref, request)):
+            return done
+        if request.message.id is not None:
+            await self._refuse_duplicate(ref, caller, request.message.id)
+        return None
 
     def _run_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -203,11 +245,17 @@ class RunService:
 
     # -- shutdown ---------------------------------------------------------------------------
 
+    def start_followups(self) -> None:
+        """Run this process's follow-up workers (``serve``; none when configured 0)."""
+        if self.worker.settings.concurrency > 0:
+            self.worker.start()
+
     async def wait_idle(self) -> None:
-        """Wait for every run in flight, and what runs leave behind (memory retries, the
-        weighing of their threads)."""
-        while pending := {*self._tasks, *self.memory_writer.background, *self.executor.background}:
+        """Wait for every run in flight and what runs leave behind: the weighing of their
+        threads, and their follow-up work due now (done here, if no worker took it)."""
+        while pending := {*self._tasks, *self.executor.background}:
             await asyncio.gather(*pending, return_exceptions=True)  # runs end, then they weigh
+        await self.worker.run_due()
 
     async def drain(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> int:
         """Shutdown: let the runs in flight finish for up to ``grace`` seconds, then cancel
@@ -229,7 +277,9 @@ class RunService:
                 len(cancelled),
                 grace,
             )
-        await self.wait_idle()
+        while pending := {*self._tasks, *self.executor.background}:
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self.worker.stop(grace)  # follow-up work in flight: finished, or handed back
         return len(cancelled)
 
     # -- reads and deletions (the stored threads) -------------------------------------------
@@ -251,7 +301,9 @@ class RunService:
         await self.threads.add_feedback(caller, thread_id, run_id, score, comment)
 
     async def memory(self, caller: Caller) -> MemoryView:
-        return await self.threads.memory(caller)
+        view = await self.threads.memory(caller)
+        pending = await self.backend.followups.pending_for(caller.tenant_id, caller.user_id)
+        return msgspec.structs.replace(view, pending=pending) if pending else view
 
     async def reset_memory(self, caller: Caller) -> int:
         return await self.threads.reset_memory(caller)

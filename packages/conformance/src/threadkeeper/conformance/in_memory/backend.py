@@ -39,13 +39,16 @@ from langgraph.store.memory import InMemoryStore
 from threadkeeper.adapters.atomic import StagedPut
 from threadkeeper.adapters.checkpoint_retention import idle_memory
 from threadkeeper.adapters.rounds import RoundsOf, RoundStore, RoundWrite
+from threadkeeper.adapters.sql import CANCEL_WAIT_SECONDS
 from threadkeeper.adapters.transcripts import ArchiveTranscript, CheckpointTranscript
 from threadkeeper.domain.errors import ClaimLost
+from threadkeeper.domain.followups import InMemoryFollowUps
 from threadkeeper.domain.locks import ClaimedLock, InMemoryRunFences, InMemoryRunLock
 from threadkeeper.domain.memory import MemoryKind, memory_namespace, user_namespace
 from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
 from threadkeeper.domain.runs import InMemoryRunRecords
 from threadkeeper.domain.storage import StorageUsage
+from threadkeeper.domain.summary import InMemorySummariesAhead
 from threadkeeper.domain.transcript import InMemoryTranscriptArchive, Round, to_transcript
 
 if TYPE_CHECKING:
@@ -210,6 +213,9 @@ class MemoryRoundStore(RoundStore):
                         )
                 if not await backend.runs.save(record):  # as a unique key refuses it
                     raise RuntimeError(f"run {record.run_id} is already stored in this thread")
+                backend.followups.record(
+                    write.followups, key, record.tenant_id, record.user_id, record.run_id
+                )
             except BaseException:
                 saver_restore(backend.saver, key, saver_before)
                 if backend.archive is not None and archive_before is not None:
@@ -267,7 +273,9 @@ class MemoryRetention(HeldDeletion):
         if self.backend.archive is not None:
             messages = await self.backend.archive.delete_thread(thread_key)
         await self.backend.saver.adelete_thread(thread_key)
+        await self.backend.followups.cancel_thread(thread_key, wait_seconds=CANCEL_WAIT_SECONDS)
         runs, feedback = await self.backend.runs.delete_thread(thread_key)
+        self.backend.summaries.forget(thread_key=thread_key)
         await self.backend.fences.forget(thread_key)
         found = exists or runs > 0 or messages > 0
         return ErasureReceipt(threads=int(found), messages=messages, feedback=feedback)
@@ -298,7 +306,11 @@ class MemoryRetention(HeldDeletion):
         in_flight = set(await self.backend.fences.revoke_user(tenant_id, user_id))
         keys = await self.user_thread_keys(tenant_id, user_id) | in_flight
         receipt = await self.delete_threads(sorted(keys))
+        await self.backend.followups.cancel_user(
+            tenant_id, user_id, wait_seconds=CANCEL_WAIT_SECONDS
+        )
         _, stray_feedback = await self.backend.runs.erase_user(tenant_id, user_id)
+        self.backend.summaries.forget(user=(tenant_id, user_id))
         items = await delete_prefix(self.backend.store, user_namespace(tenant_id, user_id))
         await self.backend.fences.forget_user(tenant_id, user_id)
         remaining = await self.remaining(tenant_id, user_id, sorted(keys))
@@ -310,6 +322,8 @@ class MemoryRetention(HeldDeletion):
         self, tenant_id: str, user_id: str, thread_keys: Sequence[str]
     ) -> dict[str, int]:
         left = len(await self.user_thread_keys(tenant_id, user_id))
+        left += self.backend.followups.rows_of(tenant_id, user_id, thread_keys)
+        left += self.backend.summaries.rows_of(tenant_id, user_id, thread_keys)
         left += len(await self.backend.runs.user_feedback(tenant_id, user_id))
         for key in thread_keys:
             config: Any = {"configurable": {"thread_id": key, "checkpoint_ns": ""}}
@@ -320,6 +334,9 @@ class MemoryRetention(HeldDeletion):
         return {"memory": left}
 
     async def reset_memory(self, tenant_id: str, user_id: str) -> int:
+        await self.backend.followups.cancel_user(
+            tenant_id, user_id, wait_seconds=CANCEL_WAIT_SECONDS
+        )
         deleted = await delete_prefix(self.backend.store, user_namespace(tenant_id, user_id))
         await self.backend.runs.forget_memory(tenant_id, user_id)
         return deleted
@@ -395,6 +412,8 @@ class InMemoryBackend(RoundsOf):
         self.saver = InMemorySaver()
         self.store = InMemoryStore()
         self.runs = MemoryRunRecords()
+        self.followups = InMemoryFollowUps()
+        self.summaries = InMemorySummariesAhead()
         self.transaction = asyncio.Lock()
         """Held while a round is stored and while a claim changes (the module docstring)."""
         self.archive = MemoryArchive() if archive else None
