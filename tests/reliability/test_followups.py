@@ -600,10 +600,14 @@ async def test_erasure_with_work_pending_leaves_memory_empty(
     user, thread = "erased", "erased"
     known, held, queued = TEACHINGS[:3]
     async with client(site.server, user) as c:
+        logged = len(site.server.log)
         answered = await send(c, thread, known.message)
         assert answered.status_code == 200, answered.text
         memory = await asettled_memory(c, user, seconds=SETTLE_SECONDS)
-        assert facts_of(memory) == taught(known)
+        assert facts_of(memory) == taught(known), (
+            f"{memory}; memory work: {dict(await outcomes(c))}; the answer: {answered.text}; "
+            f"the server printed:\n{''.join(site.server.log[logged:][-60:]) or '(nothing)'}"
+        )
         provider.delay = 3600.0  # per chunk of "slow": held until released
         provider.mode_for = extractions("slow")
         for teaching in (held, queued):

@@ -6,8 +6,11 @@ and the real server (the machine's PostgreSQL and MariaDB are shared: they are n
 only the proxy in front of them). For each profile, store, fault kind and moment, one cycle:
 
 - fault kinds: **cut** (``TcpProxy.cut()``: open connections reset, new ones refused — the
-  server is down) and **partition** (``PartitionProxy.partition()``: packets dropped both ways
-  on a veth into a network namespace — the network is broken, nothing is closed);
+  server is down), **partition** (``PartitionProxy.partition()``: packets dropped both ways
+  on a veth into a network namespace — the network is broken, nothing is closed) and **hang**
+  (``TcpProxy.hang()``: connections accepted and kept, nothing answered — a stuck server or
+  pooler; only the service's store deadline, ``THREADKEEPER_STORE_TIMEOUT_SECONDS``, ends a
+  wait: issue 29, item 1);
 - moments: **idle** (between runs), **mid-run** (at the first ``messages`` event of an SSE
   answer that streams for seconds: ``THREADKEEPER_MODEL_TOKEN_DELAY_MS=40``), and at the
   **commit** (``cut_after(b"COMMIT")`` / ``partition_after(b"COMMIT")`` on the store whose
@@ -69,13 +72,16 @@ from tests.support.servers import ProfileServer, start_server, storage
 from tests.support.tcp_proxy import PartitionProxy, TcpProxy, partition_supported
 from threadkeeper.adapters.rounds import RESOLVE_SECONDS
 
-Kind = Literal["cut", "partition"]
+Kind = Literal["cut", "partition", "hang"]
 
 LOCK_TTL_SECONDS = 3
 SLOW = {
     "THREADKEEPER_MODEL_TOKEN_DELAY_MS": "40",  # an answer streams for seconds
     "THREADKEEPER_LOCK_TTL_SECONDS": str(LOCK_TTL_SECONDS),  # redis-mysql
 }
+STORE_TIMEOUT_SECONDS = 2
+HUNG = {"THREADKEEPER_STORE_TIMEOUT_SECONDS": str(STORE_TIMEOUT_SECONDS)}
+"""The hang rigs' store deadline (the default is 5 s; a shorter one keeps CI's cycles short)."""
 ROUND_STORE = {"postgres": "postgres", "redis-mysql": "mysql"}
 """The store whose transaction stores the round (where a commit can be in doubt)."""
 PROBLEM = "urn:threadkeeper:problem:"
@@ -137,6 +143,8 @@ class Rig:
         proxy = self.proxies[store]
         if self.kind == "cut":
             proxy.cut()
+        elif self.kind == "hang":
+            proxy.hang()
         else:
             proxy.partition()
 
@@ -153,6 +161,8 @@ class Rig:
             proxy.disarm()
             if self.kind == "cut":
                 proxy.restore()
+            elif self.kind == "hang":
+                proxy.unhang()
             else:
                 proxy.heal()
 
@@ -187,8 +197,9 @@ def open_rig(profile: str, kind: Kind, root: Path) -> Iterator[Rig]:
                 redis_url=proxies["redis"].url(direct.redis_url),
                 mysql_url=proxies["mysql"].url(direct.mysql_url),
             )
+        env = {**SLOW, **HUNG} if kind == "hang" else SLOW
         server = stack.enter_context(
-            start_server(profile, root / f"{profile}-{kind}", proxied, private, **SLOW)
+            start_server(profile, root / f"{profile}-{kind}", proxied, private, **env)
         )
         rig = Rig(profile, kind, server, direct, private, proxies)
         try:
@@ -347,6 +358,8 @@ RIG_ORDER: list[tuple[str, Kind]] = [
     ("postgres", "cut"),
     ("postgres", "partition"),
     ("redis-mysql", "partition"),
+    ("redis-mysql", "hang"),
+    ("postgres", "hang"),
 ]
 """The order the fault matrix visits the servers in (each starts once; see ``ServerPool``)."""
 
@@ -836,7 +849,7 @@ def _matrix() -> list[Any]:
     for profile, kind in RIG_ORDER:
         for store in ("postgres",) if profile == "postgres" else ("mysql", "redis"):
             moments = ["idle", "mid-run"]
-            if store == ROUND_STORE[profile]:
+            if store == ROUND_STORE[profile] and kind != "hang":
                 moments.append("commit")
                 if kind == "cut" or FULL:  # 20 s each (RESOLVE_SECONDS): cut only in CI
                     moments.append("commit-held")

@@ -10,6 +10,11 @@ under test while the machine's shared server (which other tests use) keeps runni
   socket then lives in a fresh network namespace behind a veth pair (see
   :mod:`tests.support.netns`), so clients must connect to :attr:`TcpProxy.host` (a ``10.x.y.2``
   address), not 127.0.0.1. Needs root; :func:`partition_supported` tells a test to skip.
+* :meth:`TcpProxy.hang` / :meth:`TcpProxy.unhang`: the server *hangs* — what a stuck server, a
+  stuck pooler or a half-dead path looks like. Connections stay open and new ones are accepted
+  (the kernel acknowledges every byte), but nothing is forwarded either way: only the client's
+  own deadlines end its wait. Unhung, the connections that lost bytes (out of step with the
+  server) and those accepted meanwhile are closed; the others carry on.
 * Triggers, for the in-doubt commit: :meth:`TcpProxy.cut_after` / :meth:`TcpProxy.partition_after`
   forward the chunk in which a pattern (``b"COMMIT"``) completes, then cut/partition — the
   server got the COMMIT, the client never gets the reply. :meth:`TcpProxy.cut_before` /
@@ -67,6 +72,7 @@ class _Link:
         self.upstream = upstream
         self.closed = False
         self.doomed = False  # cut by a trigger: its far side drains, nothing more is forwarded
+        self.lost = False  # bytes were dropped while the proxy hung: out of step for good
         self._lock = threading.Lock()
 
     def ends(self, direction: Direction) -> tuple[socket.socket, socket.socket]:
@@ -112,6 +118,8 @@ class TcpProxy:
         self._gate = threading.Condition()  # pipes wait on it while partitioned
         self._partitioned = False
         self._cut = threading.Event()
+        self._hung = threading.Event()
+        self._held: list[socket.socket] = []  # accepted while hung, never joined to the server
         self._closed = threading.Event()
         self._trigger: _Trigger | None = None
         self._tail = _TAIL
@@ -180,6 +188,30 @@ class TcpProxy:
             return
         self._listen()
         self._cut.clear()
+
+    @property
+    def is_hung(self) -> bool:
+        return self._hung.is_set()
+
+    def hang(self) -> None:
+        """The server stops answering without closing anything: open connections stay open
+        and what either side sends is read and dropped; new connections are accepted and
+        never answered (not even a server greeting). Until :meth:`unhang`."""
+        self._hung.set()
+
+    def unhang(self) -> None:
+        """The server answers again. Connections that lost bytes while hung and those accepted
+        meanwhile are closed (their clients see EOF); the others carry on as they were."""
+        self._hung.clear()
+        with self._lock:
+            lost = [link for link in self._links if link.lost]
+            held, self._held = self._held, []
+        for link in lost:
+            self._drop(link)
+        for client in held:
+            with suppress(OSError):
+                client.shutdown(socket.SHUT_RDWR)
+            client.close()
 
     def partition(self) -> None:
         """Drop packets both ways without closing anything: established connections hang
@@ -323,6 +355,10 @@ class TcpProxy:
             threading.Thread(target=self._join, args=(client,), daemon=True).start()
 
     def _join(self, client: socket.socket) -> None:
+        with self._lock:
+            if self._hung.is_set():  # accepted, never answered (unhang() closes it)
+                self._held.append(client)
+                return
         try:
             upstream = socket.create_connection(self.target, timeout=self.connect_timeout)
         except OSError:
@@ -373,6 +409,9 @@ class TcpProxy:
             while chunk := source.recv(_CHUNK):
                 if link.doomed:
                     continue  # a trigger cut this link; drain the far side until it closes
+                if self._hung.is_set():
+                    link.lost = True  # dropped: this connection is out of step for good
+                    continue
                 trigger = self._match(direction, tail, chunk)
                 tail = (tail + chunk)[-self._tail :]
                 if trigger is None:
@@ -428,8 +467,11 @@ class TcpProxy:
         self._stop_listening()
         with self._lock:
             links = list(self._links)
+            held, self._held = self._held, []
         for link in links:
             self._drop(link)
+        for client in held:
+            client.close()
         with self._gate:
             self._gate.notify_all()
         if self.namespace is not None:

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import suppress
+from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
@@ -30,6 +31,7 @@ from tests.support.tcp_proxy import (
     partition_supported,
     tcp_proxy,
 )
+from threadkeeper.adapters.postgres.deadline import StoreTimeout, deadline_connection
 
 WAIT = 10.0  # seconds any "soon" may take
 
@@ -224,6 +226,52 @@ def test_cut_drops_connections_and_refuses_new_ones_until_restored(proxy: TcpPro
     assert proxy.port == port
     with connect(proxy) as sock:
         roundtrip(sock, b"after")
+
+
+# -- hang / unhang --------------------------------------------------------------------------
+
+
+def nothing_arrives(sock: socket.socket, seconds: float = 0.5) -> bool:
+    """No byte and no EOF within ``seconds`` (the connection is open and silent)."""
+    sock.settimeout(seconds)
+    try:
+        sock.recv(1)
+    except TimeoutError:
+        return True
+    return False
+
+
+def test_hang_keeps_connections_open_and_answers_nothing(proxy: TcpProxy, echo: EchoServer) -> None:
+    with connect(proxy) as idle, connect(proxy) as busy:
+        roundtrip(idle, b"before")
+        roundtrip(busy, b"before")
+        proxy.hang()
+        assert proxy.is_hung
+        busy.sendall(b"lost")  # read and dropped: the server never gets it
+        assert nothing_arrives(busy)
+        with connect(proxy) as late:  # accepted (no refusal), never joined to the server
+            late.sendall(b"hello?")
+            assert nothing_arrives(late)
+            assert proxy.connections == 2
+            proxy.unhang()
+            assert_dropped(late)  # accepted while hung: closed
+        assert_dropped(busy)  # lost bytes: out of step with the server, closed
+        roundtrip(idle, b"after")  # lost nothing: carries on
+    assert echo.wait_received(0, b"beforeafter") == b"beforeafter"
+    assert echo.wait_received(1, b"before") == b"before"
+    with connect(proxy) as fresh:
+        roundtrip(fresh, b"fresh")
+
+
+def test_a_reply_in_flight_when_the_proxy_hangs_is_dropped(proxy: TcpProxy) -> None:
+    """The echo's reply comes back while hung: the client never sees it."""
+    with connect(proxy) as sock:
+        roundtrip(sock, b"warm")
+        proxy.hang()
+        sock.sendall(b"x")  # dropped on its way in, so no reply either
+        assert nothing_arrives(sock)
+        proxy.unhang()
+        assert_dropped(sock)
 
 
 # -- partition / heal ----------------------------------------------------------------------
@@ -460,6 +508,38 @@ async def test_psycopg_notices_a_partition_within_seconds(needs_netns: None) -> 
         finally:
             proxy.heal()
             await conn.close()
+
+
+@pytest.mark.integration
+async def test_psycopg_waits_for_ever_on_a_hung_server_unless_given_a_deadline() -> None:
+    """What issue 29, item 1 is about: libpq has no read timeout, and a hung server's kernel
+    acknowledges every byte, so neither ``tcp_user_timeout`` nor keepalives end the wait; the
+    service's connections (``adapters.postgres.deadline``) fail within their deadline, closed."""
+    with tcp_proxy(PG.hostname or "127.0.0.1", PG.port or 5432) as proxy:
+        conninfo = make_conninfo(proxy.url(SERVER), **FAST_FAILURE, **KEEPALIVES)
+        plain = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        bounded = await deadline_connection(1.0).connect(conninfo, autocommit=True)
+        waiting: asyncio.Future[Any] | None = None
+        try:
+            for conn in (plain, bounded):
+                assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+            proxy.hang()
+            waiting = asyncio.ensure_future(plain.execute("SELECT 1"))
+            with pytest.raises(TimeoutError):  # still waiting after 4 s (and would for ever)
+                await asyncio.wait_for(asyncio.shield(waiting), 4)
+            started = time.monotonic()
+            with pytest.raises(StoreTimeout, match="did not answer within 1 s"):
+                await asyncio.wait_for(bounded.execute("SELECT 1"), 60)
+            assert time.monotonic() - started < 30  # generous: about 1 s
+            assert bounded.closed, "a connection out of step is never used again"
+            assert isinstance(StoreTimeout("x"), psycopg.OperationalError)  # 503 unavailable
+        finally:
+            proxy.unhang()  # closes the plain connection (it lost its query): it fails at last
+            if waiting is not None:
+                with suppress(psycopg.OperationalError):
+                    await asyncio.wait_for(waiting, 60)
+            await plain.close()
+            await bounded.close()
 
 
 @pytest.mark.integration

@@ -16,6 +16,16 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+DEFAULT_STORE_TIMEOUT_SECONDS = 5.0
+"""One call on PostgreSQL or MySQL (``THREADKEEPER_STORE_TIMEOUT_SECONDS``): a statement with its
+results, a commit, a connection's set-up. Well above a normal call (milliseconds; a large
+round's commit under load, tens of them), well below a client's patience. Past it the call
+fails as if the server had gone away (503 ``unavailable``) and its connection is discarded
+(issue 29, item 1: a server that accepts and never answers)."""
+MIGRATION_SECONDS = 3600.0
+"""``migrate``'s deadline per statement instead: an index built on a large table may take
+minutes, and an operator watches it."""
+
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():

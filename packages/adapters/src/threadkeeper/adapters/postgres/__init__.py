@@ -57,7 +57,9 @@ class PostgresProfile(Profile):
     ) -> AsyncIterator[Backend]:
         from threadkeeper.adapters.postgres.backend import open_postgres
 
-        async with open_postgres(settings.postgres_url) as backend:
+        async with open_postgres(
+            settings.postgres_url, store_timeout_seconds=settings.store_timeout_seconds
+        ) as backend:
             yield backend
 
     async def migrate(self, settings: PostgresSettings) -> list[str]:

@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
 from threadkeeper.adapters.followups import SqlFollowUps, SqlSummariesAhead
+from threadkeeper.adapters.postgres.deadline import deadline_connection
 from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.postgres.lock import SERVER_KEEPALIVES, AdvisoryThreadLock
 from threadkeeper.adapters.postgres.ratelimit import PostgresRateWindows
@@ -42,7 +43,11 @@ from threadkeeper.adapters.rounds import RoundsOf
 from threadkeeper.adapters.serde import checkpoint_serializer
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
 from threadkeeper.adapters.sql_values import hide_values
-from threadkeeper.adapters.timeouts import answer_within
+from threadkeeper.adapters.timeouts import (
+    DEFAULT_STORE_TIMEOUT_SECONDS,
+    MIGRATION_SECONDS,
+    answer_within,
+)
 from threadkeeper.adapters.transcripts import CheckpointTranscript
 from threadkeeper.adapters.weigh import TableWeight, ThreadWeigher
 from threadkeeper.adapters.written import watch_engine
@@ -104,13 +109,20 @@ def sqlalchemy_url(postgres_url: str) -> str:
     return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
-def _pool(url: str, *, min_size: int = 2, max_size: int = POOL_SIZE) -> AsyncConnectionPool[Any]:
+def _pool(
+    url: str,
+    *,
+    min_size: int = 2,
+    max_size: int = POOL_SIZE,
+    deadline: float = DEFAULT_STORE_TIMEOUT_SECONDS,
+) -> AsyncConnectionPool[Any]:
     return FailFastPool(
         url,
         min_size=min_size,
         max_size=max_size,
         open=False,
         timeout=POOL_WAIT_SECONDS,
+        connection_class=deadline_connection(deadline),
         configure=server_keepalives,
         kwargs={
             "autocommit": True,
@@ -121,7 +133,7 @@ def _pool(url: str, *, min_size: int = 2, max_size: int = POOL_SIZE) -> AsyncCon
     )
 
 
-def _engine(url: str) -> AsyncEngine:
+def _engine(url: str, deadline: float = DEFAULT_STORE_TIMEOUT_SECONDS) -> AsyncEngine:
     engine = create_async_engine(
         sqlalchemy_url(url),
         hide_parameters=True,  # no value of a statement in its error or log line (sql_values)
@@ -133,6 +145,12 @@ def _engine(url: str) -> AsyncEngine:
         pool_pre_ping=False,
         connect_args=FAIL_FAST,
     )
+
+    connection_class = deadline_connection(deadline)
+
+    @event.listens_for(engine.sync_engine, "do_connect")
+    def _with_deadline(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+        cparams["async_creator_fn"] = connection_class.connect  # adapters.postgres.deadline
 
     @event.listens_for(engine.sync_engine, "connect")
     def _connect(dbapi_connection: Any, _: Any) -> None:
@@ -187,7 +205,7 @@ async def check_schema(url: str) -> list[str]:
 async def migrate_postgres(url: str) -> list[str]:
     """Create or upgrade everything; the steps taken."""
     steps: list[str] = []
-    pool = _pool(url, min_size=1, max_size=2)
+    pool = _pool(url, min_size=1, max_size=2, deadline=MIGRATION_SECONDS)
     await pool.open(wait=True)
     try:
         await AsyncPostgresSaver(pool).setup()
@@ -196,7 +214,7 @@ async def migrate_postgres(url: str) -> list[str]:
         steps.append("store: setup()")
     finally:
         await pool.close()
-    engine = _engine(url)
+    engine = _engine(url, MIGRATION_SECONDS)
     try:
         steps.append(await migrations.upgrade_engine(engine))
     finally:
@@ -277,12 +295,15 @@ HEALTH_SECONDS = 0.9
 
 
 @asynccontextmanager
-async def open_postgres(url: str) -> AsyncIterator[PostgresBackend]:
-    """Open the pool and engine; refuse a schema that ``threadkeeper migrate`` has not made."""
-    pool = _pool(url)
+async def open_postgres(
+    url: str, *, store_timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS
+) -> AsyncIterator[PostgresBackend]:
+    """Open the pool and engine; refuse a schema that ``threadkeeper migrate`` has not made.
+    Every call on them fails after ``store_timeout_seconds`` (``adapters.postgres.deadline``)."""
+    pool = _pool(url, deadline=store_timeout_seconds)
     await pool.open(wait=True, timeout=30)
-    engine = _engine(url)
-    lock = AdvisoryThreadLock(url, FAIL_FAST)
+    engine = _engine(url, store_timeout_seconds)
+    lock = AdvisoryThreadLock(url, FAIL_FAST, deadline_connection(store_timeout_seconds))
     try:
         problems = await schema_problems(pool, engine)
         if problems:

@@ -114,9 +114,17 @@ def _lock_ids(key: int) -> tuple[int, int]:
 class AdvisoryThreadLock(ThreadLock):
     """See the module docstring. ``connect_kwargs`` are psycopg's (timeouts, keepalives)."""
 
-    def __init__(self, url: str, connect_kwargs: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        connect_kwargs: Mapping[str, Any] | None = None,
+        connection_class: type[psycopg.AsyncConnection[Any]] = psycopg.AsyncConnection,
+    ) -> None:
         self.url = url
         self.connect_kwargs = dict(connect_kwargs or {})
+        self.connection_class = connection_class
+        """The lock session's class (``adapters.postgres.deadline``: a statement the server
+        never answers fails, instead of holding every claim of this replica behind it)."""
         self._session: psycopg.AsyncConnection[Any] | None = None
         self._identity: tuple[int, Any] | None = None
         """(pid, backend_start) of the lock session on the server."""
@@ -134,7 +142,7 @@ class AdvisoryThreadLock(ThreadLock):
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         try:
             async with asyncio.timeout(CONNECT_SECONDS):
-                session = await psycopg.AsyncConnection.connect(
+                session = await self.connection_class.connect(
                     self.url, autocommit=True, row_factory=dict_row, **self.connect_kwargs
                 )
         except TimeoutError as exc:  # libpq's connect_timeout is at least 2 s

@@ -7,6 +7,8 @@ from typing import ClassVar
 
 import msgspec
 
+from threadkeeper.adapters.timeouts import DEFAULT_STORE_TIMEOUT_SECONDS
+
 
 class PostgresSettings(msgspec.Struct, frozen=True, kw_only=True):
     requires_token: ClassVar[bool] = True
@@ -14,6 +16,12 @@ class PostgresSettings(msgspec.Struct, frozen=True, kw_only=True):
     """The checkpoints are the record: destructive hooks are refused."""
 
     postgres_url: str = "postgresql://postgres@127.0.0.1:5432/test"
+    store_timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS
+    """One call on PostgreSQL (``adapters.postgres.deadline``): past it, 503 ``unavailable``."""
+
+    def __post_init__(self) -> None:
+        if not self.store_timeout_seconds > 0:
+            raise ValueError("THREADKEEPER_STORE_TIMEOUT_SECONDS must be positive")
 
 
 SETTINGS = PostgresSettings

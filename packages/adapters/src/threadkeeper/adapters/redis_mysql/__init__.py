@@ -57,6 +57,7 @@ class RedisMysqlProfile(Profile):
             settings.mysql_url,
             checkpoint_ttl_minutes=settings.checkpoint_ttl_minutes,
             lock_ttl_seconds=settings.lock_ttl_seconds,
+            store_timeout_seconds=settings.store_timeout_seconds,
         ) as backend:
             yield backend
 

@@ -63,7 +63,11 @@ from threadkeeper.adapters.redis_mysql.store import ExactMyStore
 from threadkeeper.adapters.rounds import RoundsOf
 from threadkeeper.adapters.sql import SqlRunFences, SqlRunRecords
 from threadkeeper.adapters.sql_values import hide_values
-from threadkeeper.adapters.timeouts import answer_within
+from threadkeeper.adapters.timeouts import (
+    DEFAULT_STORE_TIMEOUT_SECONDS,
+    MIGRATION_SECONDS,
+    answer_within,
+)
 from threadkeeper.adapters.transcripts import ArchiveTranscript
 from threadkeeper.adapters.weigh import TableWeight, ThreadWeigher
 from threadkeeper.adapters.written import add, counting, value_bytes, watch_engine
@@ -109,9 +113,6 @@ POST_COMMIT_REDIS_SECONDS = 1.5
 """The round is in the archive: writing its checkpoints to Redis (the cache) may hold the
 answer this long at most; then the next run rebuilds the cache from the archive."""
 MYSQL_CONNECT_SECONDS = 1
-MYSQL_READ_SECONDS = 10
-"""A backstop for a server that accepts but never answers; a partition is caught sooner by
-the sockets' ``TCP_USER_TIMEOUT`` (``fail_fast_socket``)."""
 POOL_WAIT_SECONDS = 1.0
 FAIL_FAST_TCP = {
     socket.TCP_KEEPIDLE: 1,
@@ -210,7 +211,10 @@ def redis_client(
     return OrjsonRedis.from_pool(pool)  # owns the pool: closed with the client
 
 
-def _engine(url: str) -> AsyncEngine:
+def _engine(url: str, read_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS) -> AsyncEngine:
+    """The archive's engine. ``read_seconds``: asyncmy's read timeout, the store deadline — a
+    server that accepts and never answers fails the call (and the connection) within it; a
+    partition is caught sooner by the sockets' ``TCP_USER_TIMEOUT`` (``fail_fast_socket``)."""
     engine = create_async_engine(
         mysql_url(url),
         hide_parameters=True,  # no value of a statement in its error or log line (sql_values)
@@ -225,7 +229,7 @@ def _engine(url: str) -> AsyncEngine:
         # recycled well before MySQL's wait_timeout (8 h) closes an idle one
         pool_pre_ping=False,
         pool_recycle=3600,
-        connect_args={"connect_timeout": MYSQL_CONNECT_SECONDS, "read_timeout": MYSQL_READ_SECONDS},
+        connect_args={"connect_timeout": MYSQL_CONNECT_SECONDS, "read_timeout": read_seconds},
     )
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -265,7 +269,9 @@ class FailFastPool:
         await self.pool.wait_closed()
 
 
-async def _store_pool(url: str, maxsize: int = 4) -> Any:
+async def _store_pool(
+    url: str, maxsize: int = 4, read_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS
+) -> Any:
     parsed = mysql_url(url)
     return await asyncmy.create_pool(
         host=parsed.host or "127.0.0.1",
@@ -279,7 +285,7 @@ async def _store_pool(url: str, maxsize: int = 4) -> Any:
         maxsize=maxsize,
         pool_recycle=3600,
         connect_timeout=MYSQL_CONNECT_SECONDS,
-        read_timeout=MYSQL_READ_SECONDS,
+        read_timeout=read_seconds,
         init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
     )
 
@@ -321,7 +327,7 @@ async def migrate_redis_mysql(url: str) -> list[str]:
     """Create or upgrade the MySQL schema; the steps taken. (Redis needs no migration: the
     saver creates its indexes at start and after a flush.)"""
     steps: list[str] = []
-    pool = await _store_pool(url, maxsize=1)
+    pool = await _store_pool(url, maxsize=1, read_seconds=MIGRATION_SECONDS)
     try:
         await AsyncMyStore(conn=pool).setup()
         steps.append("store: setup()")
@@ -331,7 +337,7 @@ async def migrate_redis_mysql(url: str) -> list[str]:
     finally:
         pool.close()
         await pool.wait_closed()
-    engine = _engine(url)
+    engine = _engine(url, MIGRATION_SECONDS)
     try:
         steps.append(await migrations.upgrade_engine(engine))
     finally:
@@ -526,9 +532,11 @@ async def open_redis_mysql(
     *,
     checkpoint_ttl_minutes: float = 10080,
     lock_ttl_seconds: float = 30,
+    store_timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS,
 ) -> AsyncIterator[RedisMysqlBackend]:
-    """Connect to Redis Stack and MySQL; refuse a MySQL schema ``migrate`` has not made."""
-    engine = _engine(mysql_url_)
+    """Connect to Redis Stack and MySQL; refuse a MySQL schema ``migrate`` has not made. Every
+    MySQL call fails after ``store_timeout_seconds``."""
+    engine = _engine(mysql_url_, store_timeout_seconds)
     pool: Any = None
     redis: Redis = redis_client(redis_url)
     count_redis_writes(redis)
@@ -539,7 +547,7 @@ async def open_redis_mysql(
                 "the MySQL schema is not ready (" + "; ".join(problems) + "): run "
                 "`threadkeeper migrate` with THREADKEEPER_PROFILE=redis-mysql first"
             )
-        pool = FailFastPool(await _store_pool(mysql_url_))
+        pool = FailFastPool(await _store_pool(mysql_url_, read_seconds=store_timeout_seconds))
         store = ExactMyStore(conn=pool)
         saver = HealingRedisSaver(
             redis_client=redis,

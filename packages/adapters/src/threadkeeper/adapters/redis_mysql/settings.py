@@ -7,6 +7,8 @@ from typing import ClassVar
 
 import msgspec
 
+from threadkeeper.adapters.timeouts import DEFAULT_STORE_TIMEOUT_SECONDS
+
 
 class RedisMysqlSettings(msgspec.Struct, frozen=True, kw_only=True):
     requires_token: ClassVar[bool] = True
@@ -18,12 +20,17 @@ class RedisMysqlSettings(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint_ttl_minutes: float = 10080
     """Fractions allowed (tests use seconds-long TTLs)."""
     lock_ttl_seconds: int = 30
+    store_timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS
+    """One call on MySQL (asyncmy's read timeout): past it, 503 ``unavailable``. Redis commands
+    keep their own second (``REDIS_TIMEOUT_SECONDS``)."""
 
     def __post_init__(self) -> None:
         if not self.checkpoint_ttl_minutes > 0:
             raise ValueError("THREADKEEPER_CHECKPOINT_TTL_MINUTES must be positive")
         if self.lock_ttl_seconds < 1:
             raise ValueError("THREADKEEPER_LOCK_TTL_SECONDS must be positive")
+        if not self.store_timeout_seconds > 0:
+            raise ValueError("THREADKEEPER_STORE_TIMEOUT_SECONDS must be positive")
 
 
 SETTINGS = RedisMysqlSettings
