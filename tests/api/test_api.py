@@ -550,6 +550,66 @@ async def test_ids_with_dots_work_everywhere(client: Client, auth: dict[str, str
     assert receipt.json()["threads"] == 1
 
 
+@pytest.mark.parametrize("user", ["erin@example.com", "auth0|5f3c9a1e", "Ünïcødé 用户", "org/7"])
+async def test_user_ids_real_backends_use_work_everywhere(
+    client: Client, auth: dict[str, str], user: str
+) -> None:
+    """Issue 29, item 3: such ids were refused in regex words. Sent as UTF-8 in the header
+    and percent-encoded in the path; their data is theirs alone — not a sibling id's, not
+    the user whose stored form an attacker sends as an id."""
+    from urllib.parse import quote
+
+    from threadkeeper.domain.threads import stored_user_id
+
+    def as_header(value: str) -> bytes:  # httpx sends str headers as ASCII only
+        return value.encode("utf-8")
+
+    headers = {**auth, "X-User-Id": as_header(user)}
+    name = thread()
+    response = await client.post(
+        f"/v1/threads/{name}/runs",
+        json={"message": {"content": "I have two kids. Is dental covered?"}},
+        headers={**headers, "Accept": "application/json"},
+    )
+    assert response.status_code == 200, response.text
+
+    def named(value: str) -> str:  # a path cannot carry "/" (routing decodes %2F first)
+        return stored_user_id(value) if "/" in value else quote(value, safe="")
+
+    path = f"/v1/users/{named(user)}"
+    memory = await asettled_memory(client, named(user), headers)
+    assert memory["facts"]
+    for other in (user + "x", user.upper(), stored_user_id(user), "~" + "0" * 64):
+        intruder = {**auth, "X-User-Id": as_header(other)}
+        assert (
+            await client.get(f"/v1/threads/{name}/messages", headers=intruder)
+        ).status_code == 404
+        seen = await client.get(f"/v1/users/{named(other)}/memory", headers=intruder)
+        assert seen.json() == {"profile": [], "facts": [], "pending": False}, other
+        refused = await client.get(f"{path}/memory", headers=intruder)
+        if refused.status_code == 200:  # "~<hex>" read as the intruder's own raw id: theirs
+            assert refused.json() == {"profile": [], "facts": [], "pending": False}, other
+        else:
+            assert refused.status_code == 403  # the path's user is not the caller
+    receipt = await client.delete(path, headers=headers)
+    assert receipt.status_code == 200, receipt.text
+    assert receipt.json()["threads"] == 1
+
+
+@pytest.mark.parametrize(
+    ("user", "words"),
+    [("a\tb", "control character at 1"), ("x" * 129, "has 129 characters")],
+)
+async def test_a_refused_user_id_is_told_in_words(client: Client, user: str, words: str) -> None:
+    response = await client.get(f"/v1/threads/{thread()}/messages", headers={"X-User-Id": user})
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["errors"]
+    assert error["key"] == "X-User-Id"
+    assert error["source"] == "header"
+    assert words in error["message"]
+    assert "1 to 128 printable characters" in error["message"]
+
+
 async def test_a_nul_in_a_feedback_comment_is_422(client: Client) -> None:
     name = thread()
     body = await run(client, name, DENTAL)

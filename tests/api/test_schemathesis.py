@@ -54,6 +54,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.api.conftest import AppFactory
+from threadkeeper.domain.threads import USER_ID_PATH_PATTERN, stored_user_id
 
 CASES = int(os.environ.get("THREADKEEPER_SCHEMATHESIS_CASES", "1000"))
 SEED = int(os.environ.get("THREADKEEPER_SCHEMATHESIS_SEED", "20260101"))
@@ -251,7 +252,9 @@ def pin(request: Request, rnd: random.Random, auth: dict[str, str], run: Run) ->
         case.headers["X-Tenant-Id"] = auth["X-Tenant-Id"]
         case.headers["X-User-Id"] = auth["X-User-Id"]
     if "user_id" in case.path_parameters and rnd.random() < 0.75:
-        case.path_parameters["user_id"] = case.headers["X-User-Id"]
+        user = case.headers["X-User-Id"]  # a path names one it cannot carry by its stored form
+        fits = re.fullmatch(USER_ID_PATH_PATTERN, user)
+        case.path_parameters["user_id"] = user if fits else stored_user_id(user)
     if "thread_id" in case.path_parameters and rnd.random() < (
         0.25 if case.method == "DELETE" else 0.5  # deleting a thread the others need: now and then
     ):

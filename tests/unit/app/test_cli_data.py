@@ -18,6 +18,7 @@ from threadkeeper.app import cli
 from threadkeeper.app.application import create_app
 from threadkeeper.app.config import Settings
 from threadkeeper.domain import transcript
+from threadkeeper.domain.threads import stored_user_id
 
 TENANT = "acme-insurance"
 USER = "export-user"
@@ -123,13 +124,24 @@ def test_export_to_stdout_of_a_user_with_nothing(
     assert exported["memory"] == {"profile": [], "facts": []}
 
 
-def test_export_refuses_an_invalid_user_id(
+def test_export_refuses_an_invalid_user_id_in_words(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["export", "--tenant", TENANT, "--user", "a:b"]) == 2
+    assert cli.main(["export", "--tenant", TENANT, "--user", "a\tb"]) == 2
     err = capsys.readouterr().err
-    assert "argument --user: 'a:b' is not a tenant or user id" in err
+    assert "argument --user: the user id has a control character at 1" in err
+    assert "1 to 128 printable characters" in err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_export_takes_any_printable_user_id(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ids real backends use (issue 29, item 3): exported under their stored form."""
+    assert cli.main(["export", "--tenant", TENANT, "--user", "erin@example.com"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert exported["user_id"] == stored_user_id("erin@example.com")
+    assert exported["threads"] == []
 
 
 def test_retention_beside_a_running_server(

@@ -189,7 +189,7 @@ def test_export_runs_needs_since_and_refuses_a_bad_tenant_or_output(
     assert cli.main(["export-runs"]) == 2
     assert "--since" in capsys.readouterr().err
     assert cli.main(["export-runs", "--since", YESTERDAY, "--tenant", "a b"]) == 2
-    assert "is not a tenant or user id" in capsys.readouterr().err
+    assert "is not a tenant id" in capsys.readouterr().err
     missing = tmp_path / "no-such-folder" / "runs.jsonl"
     assert cli.main(["export-runs", "--since", YESTERDAY, "--output", str(missing)]) == 2
     assert "does not exist" in capsys.readouterr().err

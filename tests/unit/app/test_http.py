@@ -33,6 +33,7 @@ from threadkeeper.app.http.schemas import ID_PATTERN, NOT_BLANK_PATTERN, THREAD_
 from threadkeeper.app.http.sse import KEEP_ALIVE, EventRelay, encode_event
 from threadkeeper.app.service import MAX_MESSAGE_BYTES, Caller, RunEvent, Unavailable
 from threadkeeper.domain.errors import MessageTooLarge, ThreadBusy
+from threadkeeper.domain.threads import stored_user_id
 
 TOKEN = "s3cret-token"
 LIMITED_TOKEN = "acme-only-token"
@@ -272,12 +273,10 @@ def test_token_table_matches_whole_tokens_only() -> None:
         ("X-Tenant-Id", "a:b"),
         ("X-Tenant-Id", "t" * 129),
         ("X-Tenant-Id", ""),
-        ("X-User-Id", "u*1"),
-        ("X-User-Id", "u/1"),
-        # a dot segment: clients remove it from /v1/users/{user_id}/… (RFC 3986 §5.2.4), so
-        # such a user could never reach their own memory (found by schemathesis)
-        ("X-User-Id", "."),
-        ("X-User-Id", ".."),
+        # any printable user id is taken (issue 29, item 3: "u*1", "u/1", "." and ".." are,
+        # stored hashed; a path names "/", "." and ".." users by that stored form)
+        ("X-User-Id", "u\t1"),
+        ("X-User-Id", "u" * 129),
         ("X-Tenant-Id", "."),
         ("X-Locale", "english!"),
         ("X-Locale", "e"),
@@ -299,14 +298,20 @@ async def test_invalid_headers_are_422(
     assert service.calls == []
 
 
-async def test_a_non_ascii_header_is_422(
-    client: AsyncTestClient[Litestar], service: FakeThreadService
+@pytest.mark.parametrize(
+    ("sent", "meant"),
+    [("erin@exämple.com".encode(), "erin@exämple.com"), ("ü".encode("latin-1"), "ü")],
+)
+async def test_a_non_ascii_user_header_is_read_as_utf8_or_else_latin1(
+    client: AsyncTestClient[Litestar], service: FakeThreadService, sent: bytes, meant: str
 ) -> None:
-    sent = {k.encode(): v.encode() for k, v in headers().items()}
-    sent[b"X-User-Id"] = "ü".encode("latin-1")
-    response = await client.get("/v1/users/u1/memory", headers=sent)
-    assert_invalid(response, "X-User-Id", "header")
-    assert service.calls == []
+    """Issue 29, item 3: such ids were 422; the caller now carries their stored form."""
+    raw = {k.encode(): v.encode() for k, v in headers().items()}
+    raw[b"X-User-Id"] = sent
+    stored = stored_user_id(meant)
+    response = await client.get(f"/v1/users/{stored}/memory", headers=raw)
+    assert response.status_code == 200, response.text
+    assert service.calls == [("memory", Caller("acme", stored, None))]
 
 
 @pytest.mark.parametrize("locale", ["en", "fa-IR", "zh-Hans-CN", "zh_CN", "fil"])
@@ -407,7 +412,16 @@ async def test_a_user_path_other_than_the_caller_is_403(
     assert service.calls == []
 
 
-@pytest.mark.parametrize("bad", ["has%20space", "u" * 129, "u1%0A", "a:b"])
+@pytest.mark.parametrize("other", ["has%20space", "a:b", "u1%40x", "~" + "0" * 64])
+async def test_another_users_path_is_403(
+    client: AsyncTestClient[Litestar], service: FakeThreadService, other: str
+) -> None:
+    response = await client.get(f"/v1/users/{other}/memory", headers=headers())
+    assert_problem(response, 403, "about:blank")
+    assert service.calls == []
+
+
+@pytest.mark.parametrize("bad", ["u" * 129, "u1%0A", "%7F"])
 async def test_an_invalid_user_path_is_422(
     client: AsyncTestClient[Litestar], service: FakeThreadService, bad: str
 ) -> None:

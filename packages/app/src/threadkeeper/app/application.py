@@ -139,6 +139,7 @@ def create_app(settings: Settings | None = None, *, container: Container | None 
         lifespan=[lifespan],
         run_rate_limit=rate_limit,
         sse_heartbeat_seconds=settings.sse_heartbeat_seconds,
+        body_timeout_seconds=settings.http_body_timeout_seconds,
     )
     app = create_http_app(proxy, http)
     app.state.container = container

@@ -105,7 +105,25 @@ def _matching(pattern: str, what: str) -> Any:
     return check
 
 
-_tenant_or_user_arg = _matching(TENANT_OR_USER, "a tenant or user id")
+_tenant_or_user_arg = _matching(TENANT_OR_USER, "a tenant id")
+
+
+def _user_arg(value: str) -> str:
+    """A user id as the backend sends it (``domain.threads.user_id_problem``)."""
+    from threadkeeper.domain.threads import user_id_problem
+
+    problem = user_id_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
+def _stored_user(user_id: str) -> str:
+    from threadkeeper.domain.threads import stored_user_id
+
+    return stored_user_id(user_id)
+
+
 _thread_arg = _matching(THREAD, "a thread id")
 
 
@@ -459,6 +477,8 @@ def _run_server(settings: Settings, args: argparse.Namespace, sock: socket.socke
             timeout_graceful_shutdown=math.ceil(grace) + 5,
             # idle connections outlive the client's pool / the load balancer's idle timeout
             timeout_keep_alive=math.ceil(settings.http_keepalive_seconds),
+            # past it a request is answered 503 at once (uvicorn's own plain-text answer)
+            limit_concurrency=settings.http_max_connections,
         )
         server = DrainingServer(config, service, grace)
         settle_heap()
@@ -686,7 +706,9 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
     from threadkeeper.app.storage import open_stored
 
     async with open_stored(settings) as stored:
-        replay = await stored.replay(Caller(args.tenant, args.user), args.thread, args.run)
+        replay = await stored.replay(
+            Caller(args.tenant, _stored_user(args.user)), args.thread, args.run
+        )
     if replay is None:
         print(f"threadkeeper: no run {args.run} in thread {args.thread}", file=sys.stderr)
         return 1
@@ -968,7 +990,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     output = _output(args.output)
     settings = _settings()
     document = msgspec.to_builtins(
-        _run_on_storage(settings, _export(settings, args.tenant, args.user))
+        _run_on_storage(settings, _export(settings, args.tenant, _stored_user(args.user)))
     )
     text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
     if output is None:
@@ -1294,7 +1316,7 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--user",
         default=DEFAULT_USER,
-        type=_tenant_or_user_arg,
+        type=_user_arg,
         help="the thread's user (default: %(default)s)",
     )
     replay.set_defaults(func=cmd_replay)
@@ -1326,7 +1348,7 @@ def parser() -> argparse.ArgumentParser:
         "memory with provenance, their feedback. Works beside a running server.",
     )
     export.add_argument("--tenant", required=True, type=_tenant_or_user_arg)
-    export.add_argument("--user", required=True, type=_tenant_or_user_arg)
+    export.add_argument("--user", required=True, type=_user_arg)
     export.add_argument("--output", help=OUTPUT_HELP)
     export.set_defaults(func=cmd_export)
 

@@ -88,6 +88,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     of the load balancer or client pool in front (60 s on the common ones; httpx 5 s): the side
     that closes an idle connection first must be the client, or a request sent just as the
     server closes is lost with no response (uvicorn's own default is 5 s)."""
+    http_body_timeout_seconds: float = 10.0
+    """A request's whole body within this long of its arrival, or 408 ``request-timeout`` and
+    the connection closed (a client that sends less than its ``Content-Length`` held a
+    connection with no answer and no bound)."""
+    http_max_connections: int = 1000
+    """Connections ``serve`` keeps open at once (uvicorn's ``limit_concurrency``, which also
+    counts requests in flight): a request that finds this many open, its own included, is
+    answered 503 at once instead of queueing."""
     trace_id_key: str | None = None
     """The key of the HMAC that names a thread in traces (``gen_ai.conversation.id``): the
     same on every replica, secret like a token. Unset: traces carry no conversation id."""
@@ -110,6 +118,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "token_budget": self.token_budget,
             "tool_result_max_chars": self.tool_result_max_chars,
             "memory_max_facts": self.memory_max_facts,
+            "http_max_connections": self.http_max_connections,
         }
         for name, value in positive.items():
             if value < 1:
@@ -119,6 +128,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "run_timeout_seconds": self.run_timeout_seconds,
             "sse_heartbeat_seconds": self.sse_heartbeat_seconds,
             "http_keepalive_seconds": self.http_keepalive_seconds,
+            "http_body_timeout_seconds": self.http_body_timeout_seconds,
             "followup_timeout_seconds": self.followup_timeout_seconds,
         }.items():
             if not seconds > 0:

@@ -37,7 +37,14 @@ from threadkeeper.conformance.backend import (
     transcript_of,
 )
 from threadkeeper.domain.memory import MemoryKind, memory_namespace
-from threadkeeper.domain.threads import TENANT_OR_USER_ID, THREAD_ID, ThreadRef, ThreadScope
+from threadkeeper.domain.threads import (
+    TENANT_OR_USER_ID,
+    THREAD_ID,
+    ThreadRef,
+    ThreadScope,
+    stored_user_id,
+    user_id_problem,
+)
 from threadkeeper.domain.transcript import to_transcript
 
 if TYPE_CHECKING:
@@ -50,10 +57,13 @@ DEADLINE_SECONDS = 60.0
 """A deletion of one id that has not answered by then is looping over another's rows."""
 
 _MARKS = "_%.-:"
-_ALPHABET = string.ascii_letters + string.digits + _MARKS + "@|+"
+_ALPHABET = string.ascii_letters + string.digits + _MARKS + "@|+ ~/é"
+"""Users take every character here (issue 29, item 3); tenants and threads the plain ones."""
 
 
 def _valid(role: Role, value: str) -> bool:
+    if role == "user":  # any printable id: stored as itself, or hashed (stored_user_id)
+        return user_id_problem(value) is None
     pattern = THREAD_ID if role == "thread" else TENANT_OR_USER_ID
     return pattern.fullmatch(value) is not None
 
@@ -109,8 +119,10 @@ def _refs(role: Role, pair: tuple[str, str], scope: ThreadScope) -> tuple[Thread
     for value in pair:
         parts = {"tenant": tenant, "user": user, "thread": thread}
         parts[role] = lead + value
+        parts["user"] = stored_user_id(parts["user"])  # as the HTTP layer stores it
         if scope is ThreadScope.GLOBAL and role == "user" and refs:
-            parts["thread"] = f"{refs[0].user_id}:{lead}n"
+            named = f"{refs[0].user_id}:{lead}n"  # a hashed id is no thread id: plain then
+            parts["thread"] = named if THREAD_ID.fullmatch(named) else f"{lead}n"
         refs.append(ThreadRef(parts["tenant"], parts["user"], parts["thread"], scope))
     return refs[0], refs[1]
 

@@ -13,6 +13,7 @@ from litestar.config.app import AppConfig
 from litestar.connection import ASGIConnection
 from litestar.di import Provide
 from litestar.handlers import BaseRouteHandler
+from litestar.middleware import DefineMiddleware
 from litestar.plugins import InitPlugin
 from litestar.plugins.opentelemetry import OpenTelemetryConfig
 from litestar.plugins.problem_details import ProblemDetailsPlugin
@@ -20,6 +21,7 @@ from litestar.types import Guard
 from opentelemetry import trace
 
 from threadkeeper.app.http.auth import BEARER_SCHEME, TokenTable, service_token_guard
+from threadkeeper.app.http.body_deadline import BodyDeadline
 from threadkeeper.app.http.openapi import ClosedStructSchemaPlugin, openapi_config
 from threadkeeper.app.http.ops import live, metrics, ready
 from threadkeeper.app.http.problems import problem_details_config
@@ -112,6 +114,10 @@ class ThreadkeeperHttpPlugin(InitPlugin):
                 scope_span_details_extractor=unrouted_span_details,
                 server_request_hook_handler=without_path,
             ).middleware
+        )
+        # inside the server span: its status and the HTTP metrics show the 408
+        app_config.middleware.append(
+            DefineMiddleware(BodyDeadline, seconds=self._settings.body_timeout_seconds)
         )
 
     def _configure_lifespan(self, app_config: AppConfig) -> None:

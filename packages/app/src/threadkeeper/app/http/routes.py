@@ -3,6 +3,7 @@ bodies. Everything else happens behind ``ThreadService``."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Annotated, Any
 
@@ -57,6 +58,13 @@ from threadkeeper.app.service import (
     RunRequest,
     ThreadService,
 )
+from threadkeeper.domain.threads import (
+    HASHED_USER_ID,
+    MAX_ID_CHARS,
+    USER_ID_PATH_PATTERN,
+    USER_ID_PATTERN,
+    stored_user_id,
+)
 from threadkeeper.domain.transcript import MAX_PAGE, TranscriptMessage
 
 # --- parameters -----------------------------------------------------------------------------
@@ -75,10 +83,12 @@ UserHeader = Annotated[
     str,
     HeaderParameter(
         name=USER_HEADER,
-        pattern=ID_PATTERN,
         min_length=1,
-        max_length=128,
-        description="The end user the call acts for.",
+        max_length=4 * MAX_ID_CHARS,  # UTF-8 bytes, as the header arrives; 128 characters
+        # the rule, documented; checked once the header is read as UTF-8 (provide_caller)
+        schema_extra={"pattern": USER_ID_PATTERN, "maxLength": MAX_ID_CHARS},
+        description="The end user the call acts for: any id the backend uses, 1 to 128 "
+        "printable characters (UTF-8), e.g. `erin@example.com` or `auth0|5f3c`.",
     ),
 ]
 LocaleHeader = Annotated[
@@ -106,10 +116,12 @@ RunIdPath = Annotated[
 UserIdPath = Annotated[
     str,
     PathParameter(
-        pattern=ID_PATTERN,
         min_length=1,
-        max_length=128,
-        description="Must equal X-User-Id (403 otherwise).",
+        max_length=MAX_ID_CHARS,
+        schema_extra={"pattern": USER_ID_PATH_PATTERN},  # checked by _own_user, in words
+        description="Must equal X-User-Id (403 otherwise), percent-encoded "
+        "(`erin%40example.com`); an id with `/`, `?` or `#` (or `.`, `..`) by its stored "
+        "form `~<sha256>`.",
     ),
 ]
 LimitQuery = Annotated[
@@ -139,8 +151,23 @@ SseHeartbeatDep = SkipValidation[NamedDependency[float]]
 async def provide_caller(
     x_tenant_id: TenantHeader, x_user_id: UserHeader, x_locale: LocaleHeader = None
 ) -> Caller:
-    """The ``Caller`` of every ``/v1`` handler, from the trusted headers."""
-    return Caller(tenant_id=x_tenant_id, user_id=x_user_id, locale=x_locale)
+    """The ``Caller`` of every ``/v1`` handler, from the trusted headers. The user id is
+    encoded here, once (``domain.threads.stored_user_id``): every layer below sees only its
+    stored form."""
+    return Caller(tenant_id=x_tenant_id, user_id=_stored_user(x_user_id), locale=x_locale)
+
+
+def _stored_user(header: str, key: str = USER_HEADER, source: str = "header") -> str:
+    """A user id as sent (a header arrives as bytes read as Latin-1: read as UTF-8 where it
+    is) → its stored form; a refused id is a 422 saying what a user id may be."""
+    value = header
+    if source == "header":
+        with contextlib.suppress(UnicodeError):
+            value = header.encode("latin-1").decode("utf-8")
+    try:
+        return stored_user_id(value)
+    except ValueError as exc:
+        raise invalid(key, source, str(exc)) from None
 
 
 SERVICE_STATE = "threadkeeper_service"
@@ -205,8 +232,12 @@ def _single_integer(request: Request[Any, Any, Any], key: str) -> None:
 
 
 def _own_user(caller: Caller, user_id: str) -> None:
-    _exact(user_id, ID_PATTERN, "user_id", "path")
-    if user_id != caller.user_id:
+    """The path's ``user_id`` names the caller: as sent in ``X-User-Id``, or — for an id a
+    path cannot carry (a ``/``, ``.`` or ``..``) — as the caller's own stored form
+    (``~`` + SHA-256 hex), which names nobody else."""
+    if user_id == caller.user_id and HASHED_USER_ID.fullmatch(user_id):
+        return
+    if _stored_user(user_id, "user_id", "path") != caller.user_id:
         raise http_problem(403, "The path's user_id must equal X-User-Id.")
 
 

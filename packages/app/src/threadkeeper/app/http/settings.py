@@ -42,6 +42,9 @@ class HttpSettings:
     """Runs per (tenant, user) per minute (``POST …/runs`` over it → 429); ``None``: off."""
     sse_heartbeat_seconds: float = 15.0
     """A keep-alive comment on a run's SSE stream after this long without an event."""
+    body_timeout_seconds: float = 10.0
+    """A request's whole body within this long of its arrival, or 408 and the connection
+    closed (``http.body_deadline``)."""
 
     def __post_init__(self) -> None:
         if self.require_token and not self.tokens():
