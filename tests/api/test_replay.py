@@ -98,7 +98,9 @@ def test_replay_of_an_unknown_run_fails_clearly(
         point_cli_at(monkeypatch, profile, tmp_path, database)
         code = cli.main(["replay", "--thread", "nothing", "--run", unknown.upper()])
     assert code == 1
-    assert f"no run {unknown} in thread nothing" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"no run {unknown} in thread nothing of user demo-user in tenant demo" in err
+    assert "--user and --tenant say whose thread to look in" in err  # issue 29, item 5
 
 
 @pytest.mark.parametrize(
@@ -106,7 +108,8 @@ def test_replay_of_an_unknown_run_fails_clearly(
     [
         ("--run", "nope", "'nope' is not a run id (a UUID)"),
         ("--thread", "not a thread", "'not a thread' is not a thread id"),
-        ("--tenant", "a:b", "'a:b' is not a tenant or user id"),
+        ("--tenant", "a:b", "'a:b' is not a tenant id: 1 to 128 of the letters"),
+        ("--user", "a\tb", "the user id has a control character at 1"),
     ],
 )
 def test_replay_of_an_invalid_id_is_one_line(

@@ -305,15 +305,25 @@ def test_blank_content_is_said_in_words_and_the_pattern_stays_in_openapi(http: A
             "/v1/threads/t1/runs", json={"message": {"content": blank}}, headers=headers
         )
         assert response.status_code == 422, blank
-        assert response.json()["errors"] == [
-            {"message": "content must not be blank", "key": "message.content", "source": "body"}
-        ]
+        (error,) = response.json()["errors"]
+        assert (error["key"], error["source"]) == ("message.content", "body")
+        assert error["message"].startswith("message.content must not be blank"), error
     document = http.get("/schema/openapi.json").json()
     content = document["components"]["schemas"]["RunMessageBody"]["properties"]["content"]
     assert content["pattern"] == NOT_BLANK_PATTERN
 
 
 # -- the chat client's messages ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("thread", ["a/b", "..", "x" * 129])
+def test_chat_refuses_a_thread_id_no_url_can_carry(
+    thread: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29, item 5: ``chat --thread a/b`` printed ``[404] Not Found`` and carried on."""
+    assert cli.main(["chat", "--thread", thread, "--url", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a thread id: 1 to 128 of the letters" in err
 
 
 def test_chat_says_which_variable_to_set_on_a_401(monkeypatch: pytest.MonkeyPatch) -> None:

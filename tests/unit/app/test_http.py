@@ -1643,3 +1643,88 @@ def test_openapi_without_auth_has_no_security(service: FakeThreadService) -> Non
         doc = client.get("/schema/openapi.json").json()
     assert "securitySchemes" not in doc.get("components", {})
     assert all("security" not in op for item in doc["paths"].values() for op in item.values())
+
+
+# --- every problem at once (issue 29, item 4) -------------------------------------------------
+
+
+def errors_of(response: httpx.Response) -> dict[tuple[str, str], str]:
+    """(source, key) → message of every problem a 422 names."""
+    body = assert_problem(response, 422, "invalid-request")
+    return {(e["source"], e["key"]): e["message"] for e in body["errors"]}
+
+
+async def test_no_headers_names_both_ids(client: AsyncTestClient[Litestar]) -> None:
+    sent = headers(X_Tenant_Id=None, X_User_Id=None)
+    errors = errors_of(await client.get("/v1/threads/t1/messages", headers=sent))
+    assert set(errors) == {("header", "X-Tenant-Id"), ("header", "X-User-Id")}
+    assert "is missing" in errors["header", "X-Tenant-Id"]
+    assert "1 to 128 printable characters" in errors["header", "X-User-Id"]
+
+
+async def test_a_body_missing_message_says_so_beside_the_unknown_field(
+    client: AsyncTestClient[Litestar], service: FakeThreadService
+) -> None:
+    response = await client.post("/v1/threads/t1/runs", json={"content": "hi"}, headers=headers())
+    errors = errors_of(response)
+    assert set(errors) == {("body", "content"), ("body", "message")}
+    assert errors["body", "message"].startswith("message is missing")
+    assert "unknown field 'content'" in errors["body", "content"]
+    assert service.calls == []
+
+
+async def test_header_path_query_and_body_problems_come_together(
+    client: AsyncTestClient[Litestar],
+) -> None:
+    sent = headers(X_Tenant_Id="bad tenant", X_Locale="english!")
+    body = {"message": {"content": "   ", "id": "."}, "run_id": "not-a-uuid", "x": 1}
+    errors = errors_of(await client.post("/v1/threads/bad%20id/runs", json=body, headers=sent))
+    assert set(errors) == {
+        ("header", "X-Tenant-Id"),
+        ("header", "X-Locale"),
+        ("path", "thread_id"),
+        ("body", "message.content"),
+        ("body", "message.id"),
+        ("body", "run_id"),
+        ("body", "x"),
+    }
+    assert "a run id is a UUID" in errors["body", "run_id"]
+    assert "length >= 36" not in str(errors)
+    assert "regex" not in str(errors)
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "words"),
+    [
+        ({"score": 0}, "score", "score is 1 (helpful) or -1 (not helpful); got 0"),
+        ({"score": "1"}, "score", "score is 1 (helpful) or -1 (not helpful); got '1'"),
+        ({"score": 1, "comment": "x" * 2001}, "comment", "at most 2000 characters"),
+    ],
+)
+async def test_feedback_problems_are_sentences(
+    client: AsyncTestClient[Litestar], body: dict[str, Any], key: str, words: str
+) -> None:
+    path = f"/v1/threads/t1/runs/{RUN_ID}/feedback"
+    errors = errors_of(await client.post(path, json=body, headers=headers()))
+    assert words in errors["body", key]
+
+
+async def test_a_path_run_id_that_is_no_uuid_is_said_so(client: AsyncTestClient[Litestar]) -> None:
+    path = "/v1/threads/t1/runs/1234/feedback"
+    errors = errors_of(await client.post(path, json={"score": 1}, headers=headers()))
+    assert errors == {("path", "run_id"): errors["path", "run_id"]}
+    assert errors["path", "run_id"].startswith("a run id is a UUID")
+
+
+async def test_invalid_utf8_is_located_in_the_body_not_the_string(
+    client: AsyncTestClient[Litestar],
+) -> None:
+    body = b'{"message": {"content": "ab\xff"}}'
+    response = await client.post(
+        "/v1/threads/t1/runs",
+        content=body,
+        headers={**headers(), "Content-Type": "application/json"},
+    )
+    problem = assert_problem(response, 400)
+    at = body.index(b"\xff")  # 26: byte 2 of the string, as msgspec counted
+    assert problem["detail"].endswith(f"invalid UTF-8 at byte {at}")

@@ -94,18 +94,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def _matching(pattern: str, what: str) -> Any:
+def _matching(pattern: str, what: str, rule: str) -> Any:
     compiled = re.compile(pattern)
 
     def check(value: str) -> str:
         if not compiled.fullmatch(value):
-            raise argparse.ArgumentTypeError(f"{value!r} is not {what} (^{pattern}$)")
+            raise argparse.ArgumentTypeError(f"{value!r} is not {what}: {rule}")
         return value
 
     return check
 
 
-_tenant_or_user_arg = _matching(TENANT_OR_USER, "a tenant id")
+_tenant_or_user_arg = _matching(
+    TENANT_OR_USER,
+    "a tenant id",
+    "1 to 128 of the letters A-Z and a-z, digits and . _ - (not . or ..)",
+)
 
 
 def _user_arg(value: str) -> str:
@@ -124,7 +128,11 @@ def _stored_user(user_id: str) -> str:
     return stored_user_id(user_id)
 
 
-_thread_arg = _matching(THREAD, "a thread id")
+_thread_arg = _matching(
+    THREAD,
+    "a thread id",
+    "1 to 128 of the letters A-Z and a-z, digits and . _ : - (not . or ..)",
+)
 
 
 def _run_id(value: str) -> str:
@@ -710,7 +718,11 @@ async def _replay(settings: Settings, args: argparse.Namespace) -> int:
             Caller(args.tenant, _stored_user(args.user)), args.thread, args.run
         )
     if replay is None:
-        print(f"threadkeeper: no run {args.run} in thread {args.thread}", file=sys.stderr)
+        print(
+            f"threadkeeper: no run {args.run} in thread {args.thread} of user {args.user} "
+            f"in tenant {args.tenant} (--user and --tenant say whose thread to look in)",
+            file=sys.stderr,
+        )
         return 1
     for line in _replay_lines(replay.record, replay.messages):
         print(line)
@@ -1283,7 +1295,11 @@ def parser() -> argparse.ArgumentParser:
         "'Authorization: Bearer …' (every profile that serves a network asks for it)",
     )
     chat.add_argument("--url", default=DEFAULT_URL, help="the service (default: %(default)s)")
-    chat.add_argument("--thread", help="the thread to talk in (default: a new chat-… thread)")
+    chat.add_argument(
+        "--thread",
+        type=_thread_arg,
+        help="the thread to talk in (default: a new chat-… thread)",
+    )
     chat.add_argument("--tenant", default=DEFAULT_TENANT, help="X-Tenant-Id (default: %(default)s)")
     chat.add_argument("--user", default=DEFAULT_USER, help="X-User-Id (default: %(default)s)")
     chat.set_defaults(func=cmd_chat)

@@ -26,6 +26,7 @@ from threadkeeper.app.http.openapi import ClosedStructSchemaPlugin, openapi_conf
 from threadkeeper.app.http.ops import live, metrics, ready
 from threadkeeper.app.http.problems import problem_details_config
 from threadkeeper.app.http.ratelimit import RunRateLimit
+from threadkeeper.app.http.request_problems import request_problems
 from threadkeeper.app.http.routes import SERVICE_STATE, V1_HANDLERS, provide_caller
 from threadkeeper.app.http.settings import HttpSettings
 from threadkeeper.app.service import ThreadService
@@ -61,6 +62,7 @@ class ThreadkeeperHttpPlugin(InitPlugin):
         guards: list[Guard] = [name_server_span]  # first: a refused request's span is named too
         if settings.auth_enabled:
             guards.append(service_token_guard(TokenTable(settings.tokens())))
+        guards.append(request_problems)  # every problem of the request at once (422)
         v1 = Router(
             path="/v1",
             route_handlers=V1_HANDLERS,

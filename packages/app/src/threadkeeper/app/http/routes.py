@@ -23,8 +23,14 @@ from litestar.types import BeforeRequestHookHandler
 
 from threadkeeper.app.http.negotiation import JSON, choose_representation
 from threadkeeper.app.http.openapi import ContractOperation, RunOperation, problems
-from threadkeeper.app.http.problems import http_problem, invalid, invalid_body
+from threadkeeper.app.http.problems import body_errors, http_problem, invalid
 from threadkeeper.app.http.ratelimit import RunRateLimit
+from threadkeeper.app.http.request_problems import (
+    body_problems,
+    earlier_problems,
+    invalid_utf8_at,
+    refuse,
+)
 from threadkeeper.app.http.schemas import (
     ID_PATTERN,
     LOCALE_HEADER,
@@ -192,16 +198,18 @@ def strict_json_body(body_type: type[Any]) -> BeforeRequestHookHandler:
                 deltas = choose_representation(request.headers.get("accept")) != JSON
                 service.count_refused(413, "message-too-large", deltas=deltas)
             raise
+        earlier = earlier_problems(request)  # the headers', path's and query's
+        if (broken := invalid_utf8_at(body)) is not None:  # msgspec counts within a string
+            raise ClientException(f"The body is not JSON: invalid UTF-8 at byte {broken}")
         try:
             decoder.decode(body)
         except msgspec.ValidationError as exc:
-            raise invalid_body(exc) from exc
+            found = body_problems(msgspec.json.decode(body), body_type)
+            raise refuse(earlier + (found or body_errors(exc))) from exc
         except msgspec.DecodeError as exc:
             raise ClientException(f"The body is not JSON: {exc}") from exc
-        except UnicodeDecodeError as exc:  # msgspec's error for invalid UTF-8 in a string
-            raise ClientException(
-                f"The body is not JSON: invalid UTF-8 at byte {exc.start}"
-            ) from exc
+        if earlier:
+            raise refuse(earlier)
 
     return check
 
