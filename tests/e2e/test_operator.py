@@ -267,3 +267,22 @@ def test_the_readme_session_works_pasted_into_bash(embedded_server: str) -> None
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert "No such file or directory" not in done.stderr
+
+
+@pytest.mark.integration
+def test_migrate_on_mariadb_prints_its_steps_and_no_server_warning() -> None:
+    """Issue 29, item 8: ``migrate`` on redis-mysql printed MariaDB's "Name
+    'tk_alembic_version_pkc' ignored for PRIMARY key" (a note, not a problem)."""
+    from tests.support.mysql import fresh_database
+
+    with fresh_database(migrate=False) as url:
+        env = clean_environment(
+            THREADKEEPER_PROFILE="redis-mysql",
+            THREADKEEPER_MYSQL_URL=url,
+            THREADKEEPER_SERVICE_TOKEN="t",
+        )
+        code, output = threadkeeper("migrate", env=env)
+    assert code == 0, output
+    assert "threadkeeper tables: alembic upgrade head" in output
+    assert "ignored for PRIMARY key" not in output, output
+    assert "Warning" not in output, output

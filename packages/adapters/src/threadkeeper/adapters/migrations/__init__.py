@@ -6,6 +6,8 @@ Run by ``threadkeeper migrate`` through ``upgrade()``, never at start-up; ``curr
 
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
 
 from alembic import command
@@ -32,10 +34,25 @@ def upgrade(connection: Connection) -> None:
     command.upgrade(config(connection), "head")
 
 
+IGNORED_PK_NAME = re.compile(r"Name '\w+_pkc' ignored for PRIMARY key")
+"""MariaDB's note on the name alembic gives its version table's primary key (MariaDB names
+every primary key ``PRIMARY``): nothing is wrong, yet asyncmy logs each server warning at
+WARNING and ``migrate`` printed it (issue 29, item 8)."""
+
+
+def _not_the_pk_name_note(record: logging.LogRecord) -> bool:
+    return not IGNORED_PK_NAME.search(record.getMessage())
+
+
 async def upgrade_engine(engine: AsyncEngine) -> str:
     """``upgrade`` on an async engine (``threadkeeper migrate``); the step taken, as printed."""
-    async with engine.begin() as conn:
-        await conn.run_sync(upgrade)
+    driver = logging.getLogger("asyncmy")  # where asyncmy logs the server's warnings
+    driver.addFilter(_not_the_pk_name_note)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(upgrade)
+    finally:
+        driver.removeFilter(_not_the_pk_name_note)
     return f"threadkeeper tables: alembic upgrade head ({head()})"
 
 
