@@ -244,6 +244,16 @@ def test_one_sigterm_drains_and_exits(
         provider.wait_for_requests(1, timeout=30)  # the run is at the model
         start = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
+        during: dict[str, Any] = {}
+        if not finishes:  # the run holds the drain open for its grace: ask meanwhile
+            time.sleep(0.5)
+            with httpx.Client(base_url=server.url, headers=server.headers, timeout=30) as c:
+                during["run"] = c.post(
+                    "/v1/threads/late/runs",
+                    json={"message": {"content": DENTAL}},
+                    headers={"Accept": "application/json"},
+                )
+                during["ready"] = c.get("/health/ready")
         try:
             server.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -269,3 +279,8 @@ def test_one_sigterm_drains_and_exits(
         assert "error" in result or result["response"].status_code >= 500, result
         assert took >= 2.5, f"exited after {took:.1f} s, before the grace period"
         assert stored is None, "the cancelled run left its thread unchanged"
+        # issue 29, item 8: arriving during the drain is answered, not refused
+        assert during["run"].status_code == 503, during["run"].text
+        assert during["run"].json()["type"].endswith(":unavailable")
+        assert during["ready"].status_code == 503, during["ready"].text
+        assert during["ready"].json()["checks"]["service"] == "shutting down"

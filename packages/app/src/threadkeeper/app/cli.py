@@ -406,11 +406,14 @@ def _draining_server_class() -> Any:
             self.grace = grace
 
         async def shutdown(self, sockets: Any = None) -> None:
-            drain = asyncio.create_task(self.service.drain(self.grace))
+            # still listening while the runs finish (issue 29, item 8): a request that
+            # arrives meanwhile is answered — a run 503 ``unavailable``, readiness 503
+            # "shutting down", reads served — instead of refused; then uvicorn stops
+            # accepting and closes what is left
             try:
-                await super().shutdown(sockets)
+                await self.service.drain(self.grace)
             finally:
-                await drain
+                await super().shutdown(sockets)
 
     return DrainingServer
 

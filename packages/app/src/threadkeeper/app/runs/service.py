@@ -312,4 +312,7 @@ class RunService:
         return await self.threads.erase_user(caller)
 
     async def ready(self) -> dict[str, str]:
-        return await self.threads.ready()
+        checks = await self.threads.ready()
+        if self._draining:  # a load balancer stops sending here; runs are refused (503)
+            checks["service"] = "shutting down"
+        return checks
