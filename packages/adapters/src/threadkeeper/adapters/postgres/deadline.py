@@ -13,7 +13,6 @@ Connecting has libpq's own ``connect_timeout``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -48,9 +47,3 @@ def deadline_connection(seconds: float) -> type[psycopg.AsyncConnection[Any]]:
 
     DeadlineConnection.__name__ = f"DeadlineConnection{seconds:g}s"
     return DeadlineConnection
-
-
-def connector(seconds: float) -> Callable[..., Any]:
-    """``AsyncConnection.connect`` of ``deadline_connection(seconds)`` (SQLAlchemy's
-    ``async_creator_fn``)."""
-    return deadline_connection(seconds).connect
