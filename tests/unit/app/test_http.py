@@ -1728,3 +1728,18 @@ async def test_invalid_utf8_is_located_in_the_body_not_the_string(
     problem = assert_problem(response, 400)
     at = body.index(b"\xff")  # 26: byte 2 of the string, as msgspec counted
     assert problem["detail"].endswith(f"invalid UTF-8 at byte {at}")
+
+
+@pytest.mark.parametrize("body", [b'""\x00', b'"x" 1', b"1 {}", b'{"message": 1} ]'])
+async def test_a_value_followed_by_trailing_bytes_is_400_not_500(
+    client: AsyncTestClient[Litestar], body: bytes
+) -> None:
+    """Found by test_raw_bytes in CI: the typed decoder refused the value (a ValidationError)
+    before it reached the trailing bytes; walking the body then failed to decode it (500)."""
+    response = await client.post(
+        "/v1/threads/t1/runs",
+        content=body,
+        headers={**headers(), "Content-Type": "application/json"},
+    )
+    problem = assert_problem(response, 400)
+    assert problem["detail"].startswith("The body is not JSON")

@@ -204,7 +204,10 @@ def strict_json_body(body_type: type[Any]) -> BeforeRequestHookHandler:
         try:
             decoder.decode(body)
         except msgspec.ValidationError as exc:
-            found = body_problems(msgspec.json.decode(body), body_type)
+            try:  # the typed decoder may refuse a value before it sees the JSON is broken
+                found = body_problems(msgspec.json.decode(body), body_type)
+            except msgspec.DecodeError as broken:
+                raise ClientException(f"The body is not JSON: {broken}") from broken
             raise refuse(earlier + (found or body_errors(exc))) from exc
         except msgspec.DecodeError as exc:
             raise ClientException(f"The body is not JSON: {exc}") from exc
