@@ -1743,3 +1743,11 @@ async def test_a_value_followed_by_trailing_bytes_is_400_not_500(
     )
     problem = assert_problem(response, 400)
     assert problem["detail"].startswith("The body is not JSON")
+
+
+async def test_a_refused_header_is_never_echoed_whole(client: AsyncTestClient[Litestar]) -> None:
+    """An attacker's header of kilobytes must not come back as kilobytes (nor a locale's)."""
+    sent = headers(X_Tenant_Id="t " + "x" * 4000, X_Locale="e" + "!" * 4000)
+    errors = errors_of(await client.get("/v1/threads/t1/messages", headers=sent))
+    assert set(errors) == {("header", "X-Tenant-Id"), ("header", "X-Locale")}
+    assert all(len(message) < 400 for message in errors.values()), errors

@@ -68,6 +68,14 @@ def refuse(problems: list[Problem]) -> ValidationException:
 # -- headers, path, query -------------------------------------------------------------------------
 
 
+def header_text(value: str) -> str:
+    """A header's value as the client meant it: ASGI hands its bytes over read as Latin-1;
+    read as UTF-8 where they are UTF-8."""
+    with contextlib.suppress(UnicodeError):
+        return value.encode("latin-1").decode("utf-8")
+    return value
+
+
 def _header_problems(connection: ASGIConnection[Any, Any, Any, Any]) -> list[Problem]:
     headers = connection.headers
     found: list[Problem] = []
@@ -75,13 +83,13 @@ def _header_problems(connection: ASGIConnection[Any, Any, Any, Any]) -> list[Pro
     if tenant is None:
         found.append(problem(TENANT_HEADER, "header", f"{TENANT_HEADER} is missing: {TENANT_RULE}"))
     elif not TENANT_OR_USER_ID.fullmatch(tenant):
-        found.append(problem(TENANT_HEADER, "header", f"{tenant!r} is no tenant id: {TENANT_RULE}"))
+        said = f"{tenant[:80]!r} is no tenant id: {TENANT_RULE}"  # never the whole header
+        found.append(problem(TENANT_HEADER, "header", said))
     user = headers.get(USER_HEADER)
     if user is None:
         found.append(problem(USER_HEADER, "header", f"{USER_HEADER} is missing: {USER_ID_RULE}"))
     else:
-        with contextlib.suppress(UnicodeError):  # as provide_caller reads it
-            user = user.encode("latin-1").decode("utf-8")
+        user = header_text(user)
         if (why := user_id_problem(user)) is not None:
             found.append(problem(USER_HEADER, "header", why))
     locale = headers.get(LOCALE_HEADER)

@@ -3,7 +3,6 @@ bodies. Everything else happens behind ``ThreadService``."""
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from typing import Annotated, Any
 
@@ -28,6 +27,7 @@ from threadkeeper.app.http.ratelimit import RunRateLimit
 from threadkeeper.app.http.request_problems import (
     body_problems,
     earlier_problems,
+    header_text,
     invalid_utf8_at,
     refuse,
 )
@@ -166,10 +166,7 @@ async def provide_caller(
 def _stored_user(header: str, key: str = USER_HEADER, source: str = "header") -> str:
     """A user id as sent (a header arrives as bytes read as Latin-1: read as UTF-8 where it
     is) → its stored form; a refused id is a 422 saying what a user id may be."""
-    value = header
-    if source == "header":
-        with contextlib.suppress(UnicodeError):
-            value = header.encode("latin-1").decode("utf-8")
+    value = header_text(header) if source == "header" else header
     try:
         return stored_user_id(value)
     except ValueError as exc:
