@@ -19,7 +19,10 @@ import pytest
 
 from tests.e2e.test_server import free_port, serve, wait_ready
 
-BODY_SECONDS = 1
+BODY_SECONDS = 3
+"""Long enough that a busy machine still sends the second piece and opens the extra connection
+well inside it; the 408 test waits it out."""
+PAUSE = 0.25
 MAX_CONNECTIONS = 3
 WAIT = 60.0
 
@@ -87,7 +90,7 @@ def test_a_body_that_arrives_in_pieces_within_the_deadline_is_served(
 ) -> None:
     body = json.dumps({"message": {"content": "hello"}}).encode()
     with open_request(server, body[:5], len(body)) as sock:
-        time.sleep(BODY_SECONDS / 4)
+        time.sleep(PAUSE)
         sock.sendall(body[5:])
         sock.settimeout(WAIT)
         answer = sock.recv(65536)
@@ -103,7 +106,7 @@ def test_requests_past_the_connection_limit_are_answered_503_at_once(
     held = [open_request(server, b"", len(body)) for _ in range(MAX_CONNECTIONS - 1)]
     try:
         for sock in held:  # taken, and waiting for their bodies: nothing answered yet
-            sock.settimeout(BODY_SECONDS / 4)
+            sock.settimeout(PAUSE)
             with pytest.raises(TimeoutError):
                 sock.recv(1)
         with socket.create_connection(server, timeout=WAIT) as extra:
