@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import threading
 import time
 import uuid
@@ -1004,6 +1005,7 @@ async def fault_cycle(
             problems.append(
                 f"{where}: not recovered {RECOVERY_BOUND} s after the mend: {recovery.describe()}"
             )
+            await dump_tasks(rig)  # where the server's tasks wait, into its log
 
         # an in-doubt answer: a retry with the same run_id learns the outcome
         for answered in faulted:
@@ -1032,7 +1034,15 @@ async def fault_cycle(
     return figures
 
 
-def server_log(rig: Rig, since: int, lines: int = 80) -> str:
+async def dump_tasks(rig: Rig) -> None:
+    """``kill -USR1``: the server logs every asyncio task and where it waits
+    (``threadkeeper.app.taskdump``)."""
+    if rig.server.process.poll() is None:
+        rig.server.process.send_signal(signal.SIGUSR1)
+        await asyncio.sleep(1.0)
+
+
+def server_log(rig: Rig, since: int, lines: int = 400) -> str:
     """The last ``lines`` the server printed after its ``since``-th line."""
     printed = rig.server.log[since:]
     return "".join(printed[-lines:]) or "(nothing)"

@@ -439,6 +439,7 @@ def _run_server(settings: Settings, args: argparse.Namespace, sock: socket.socke
 
     from threadkeeper.app.application import create_app, startup_problem
     from threadkeeper.app.container import make_container
+    from threadkeeper.app.taskdump import install_task_dump
     from threadkeeper.app.telemetry import configure_metrics, configure_tracing, otlp_protocol
 
     if configure_tracing(settings.profile):
@@ -475,6 +476,7 @@ def _run_server(settings: Settings, args: argparse.Namespace, sock: socket.socke
         )
         if (warning := unguarded_warning(settings, host, where)) is not None:
             log.warning("%s", warning)
+        install_task_dump(asyncio.get_running_loop())  # kill -USR1: where each task waits
         grace = settings.shutdown_grace_seconds
         config = uvicorn.Config(
             app,
