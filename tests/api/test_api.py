@@ -439,7 +439,7 @@ async def test_a_threads_storage_by_kind(client: Client, profile: str) -> None:
     response = await client.get(f"/v1/threads/{name}/storage")
     assert response.status_code == 200, response.text
     body = response.json()
-    assert set(body) == {"thread_id", "bytes", "total"}
+    assert set(body) == {"thread_id", "bytes", "total", "logical_bytes", "logical_total"}
     assert body["thread_id"] == name
     sizes = body["bytes"]
     assert list(sizes) == ["checkpoints", "messages", "run_records", "archive", "audit", "feedback"]
@@ -449,6 +449,25 @@ async def test_a_threads_storage_by_kind(client: Client, profile: str) -> None:
     grown = (await client.get(f"/v1/threads/{name}/storage")).json()
     assert grown["total"] > body["total"]
     assert grown["bytes"]["run_records"] > sizes["run_records"]
+
+
+async def test_a_threads_storage_says_its_logical_size_beside_the_compressed_one(
+    client: Client, profile: str
+) -> None:
+    """A repetitive text deflates to a few hundred bytes in the ledger and the run record;
+    ``logical_bytes`` counts it inflated, as the text it is."""
+    name = thread()
+    text = "Please check whether my dental claim is covered. " * 240  # 12,000 characters
+    await run(client, name, text)
+    body = (await client.get(f"/v1/threads/{name}/storage")).json()
+    stored, logical = body["bytes"], body["logical_bytes"]
+    assert list(logical) == list(stored)
+    assert body["logical_total"] == sum(logical.values())
+    assert all(logical[kind] >= stored[kind] for kind in stored)
+    assert body["logical_total"] >= len(text)
+    if profile in ("embedded", "postgres"):  # the ledger keeps the message deflated
+        assert stored["messages"] < len(text) // 4
+        assert logical["messages"] >= len(text)
 
 
 async def test_a_threads_storage_is_404_for_an_unknown_or_someone_elses_thread(

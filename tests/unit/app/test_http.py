@@ -1142,17 +1142,20 @@ async def test_storage_answers_the_bytes_by_kind_and_their_total(
     response = await client.get("/v1/threads/t1/storage", headers=headers())
     assert response.status_code == 200
     assert response.headers["content-type"].startswith(JSON)
-    assert response.json() == {
+    kept = {
+        "checkpoints": 36,
+        "messages": 0,
+        "run_records": 128,
+        "archive": 0,
+        "audit": 0,
+        "feedback": 0,
+    }
+    assert response.json() == {  # nothing compressed: the logical figures are the stored ones
         "thread_id": "t1",
-        "bytes": {
-            "checkpoints": 36,
-            "messages": 0,
-            "run_records": 128,
-            "archive": 0,
-            "audit": 0,
-            "feedback": 0,
-        },
+        "bytes": kept,
         "total": 164,
+        "logical_bytes": kept,
+        "logical_total": 164,
     }
     assert service.calls == [("storage", (CALLER, "t1"))]
 
@@ -1183,7 +1186,13 @@ def test_openapi_describes_the_storage_route(openapi: dict[str, Any]) -> None:
     ok = operation["responses"]["200"]["content"][JSON]["schema"]
     assert ok == {"$ref": "#/components/schemas/ThreadStorageOut"}
     schemas = openapi["components"]["schemas"]
-    assert set(schemas["ThreadStorageOut"]["properties"]) == {"thread_id", "bytes", "total"}
+    assert set(schemas["ThreadStorageOut"]["properties"]) == {
+        "thread_id",
+        "bytes",
+        "total",
+        "logical_bytes",
+        "logical_total",
+    }
     assert set(schemas["StorageBytesOut"]["required"]) == {
         "checkpoints",
         "messages",

@@ -17,18 +17,27 @@ its own columns, so a changed row format (a new column, another table) is weighe
 Every query is by the thread's key on an index whose first column is it (primary keys
 ``(thread_id, …)``/``(thread_key, …)`` or ``ix_*_thread``): no table is scanned. All the
 tables are weighed in one statement (``UNION ALL``).
+
+The logical size (``StorageUsage.logical``) undoes threadkeeper's own compression: the payloads
+stored deflated (``DEFLATED``: the ledger's ``tk1z`` bodies, run records starting ``Z``) are
+read — only those rows, on the same indexes — and inflated in bounded steps to count their
+length; the difference is added to their kind.
 """
 
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from threadkeeper.adapters.ledger_codec import COMPRESSED as LEDGER_COMPRESSED
+from threadkeeper.adapters.ledger_codec import ZDICT as LEDGER_ZDICT
+from threadkeeper.adapters.sql import COMPRESSED_RECORD, RECORD_ZDICT
 from threadkeeper.domain.storage import StorageUsage
 
 log = logging.getLogger(__name__)
@@ -75,6 +84,55 @@ def fallback_kind(table: KeyedTable) -> str:
     if table.key == "thread_id" and table.name.startswith("tk_"):
         return "messages"
     return FALLBACK_KINDS[table.key]
+
+
+@dataclass(frozen=True)
+class Deflated:
+    """Where a kind of payload is stored deflated: ``payload`` of ``table`` rows (keyed by
+    ``key``) for which ``where`` holds with ``:tag`` bound to ``tag``, raw deflate with
+    ``zdict`` after ``skip`` bytes."""
+
+    table: str
+    key: str
+    payload: str
+    where: str
+    tag: str | bytes
+    zdict: bytes
+    skip: int = 0
+
+
+DEFLATED = (
+    Deflated(
+        "tk_checkpoint_messages",
+        "thread_id",
+        "body",
+        "type = :tag",
+        LEDGER_COMPRESSED,
+        LEDGER_ZDICT,
+    ),
+    Deflated(
+        "tk_run_records",
+        "thread_key",
+        "record",
+        "substr(record, 1, 1) = :tag",
+        COMPRESSED_RECORD,
+        RECORD_ZDICT,
+        skip=len(COMPRESSED_RECORD),
+    ),
+)
+"""Every payload threadkeeper stores compressed (``ledger_codec``, ``sql.pack_record``)."""
+INFLATE_STEP = 1 << 16
+"""Bytes inflated at a time when counting (a payload is never held inflated whole)."""
+
+
+def inflated_length(body: bytes, zdict: bytes) -> int:
+    """The length of raw deflate ``body`` (preset dictionary ``zdict``) once inflated."""
+    stream = zlib.decompressobj(-15, zdict)
+    length, data = 0, body
+    while data:
+        length += len(stream.decompress(data, INFLATE_STEP))
+        data = stream.unconsumed_tail
+    return length + len(stream.flush())
 
 
 @dataclass(frozen=True)
@@ -221,16 +279,43 @@ class ThreadWeigher:
         self, conn: AsyncConnection, thread_key: str, extra: Mapping[str, int] | None = None
     ) -> StorageUsage:
         tables = await self.tables(conn)
-        return usage_of(tables, await weigh_tables(conn, tables, thread_key), self.kinds, extra)
+        usage = usage_of(tables, await weigh_tables(conn, tables, thread_key), self.kinds, extra)
+        return usage.inflated_by(await self.inflation(conn, tables, thread_key))
+
+    async def inflation(
+        self, conn: AsyncConnection, tables: Sequence[KeyedTable], thread_key: str
+    ) -> dict[str, int]:
+        """Bytes by kind the thread's deflated payloads (``DEFLATED``) take beyond their
+        stored length once inflated."""
+        present = {t.name: t for t in tables}
+        extra: dict[str, int] = {}
+        dialect = conn.dialect.name
+        for spec in DEFLATED:
+            table = present.get(spec.table)
+            kind = self.kinds.get(spec.table)
+            if table is None or kind is None or table.key != spec.key:
+                continue
+            statement = text(
+                f"SELECT {_quote(dialect, spec.payload)} FROM {_quote(dialect, spec.table)} "
+                f"WHERE {_quote(dialect, spec.key)} = :key AND {spec.where}"
+            ).bindparams(bindparam("tag", spec.tag))
+            result = await conn.execute(statement, {"key": thread_key})
+            for (payload,) in result:
+                body = bytes(payload)[spec.skip :]
+                extra[kind] = extra.get(kind, 0) + inflated_length(body, spec.zdict) - len(body)
+        return extra
 
 
 __all__ = [
+    "DEFLATED",
     "FALLBACK_KINDS",
     "ROW_OVERHEAD",
     "TABLE_KINDS",
+    "Deflated",
     "KeyedTable",
     "TableWeight",
     "ThreadWeigher",
+    "inflated_length",
     "keyed_tables",
     "logical_bytes",
     "usage_of",

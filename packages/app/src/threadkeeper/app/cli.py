@@ -494,6 +494,7 @@ def _run_server(settings: Settings, args: argparse.Namespace, sock: socket.socke
             limit_concurrency=settings.http_max_connections,
         )
         server = DrainingServer(config, service, grace)
+        container.knowledge().prepare()  # the search's imports, before the first request
         settle_heap()
         try:
             await server.serve(sockets=[sock])
@@ -903,7 +904,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
 async def _export(settings: Settings, tenant_id: str, user_id: str) -> dict[str, Any]:
     """Everything kept about the user in the tenant, read as the HTTP API reads it (bodies
     shaped as its responses)."""
-    from threadkeeper.app.http.routes import memory_out, message_out
+    from threadkeeper.app.http.schemas import memory_out, message_out
     from threadkeeper.app.storage import open_stored
 
     async with open_stored(settings) as stored:

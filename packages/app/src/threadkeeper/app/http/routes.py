@@ -39,27 +39,23 @@ from threadkeeper.app.http.schemas import (
     THREAD_ID_PATTERN,
     USER_HEADER,
     UUID_PATTERN,
-    CitationOut,
     ErasureReceiptOut,
     FeedbackBody,
-    MemoryEntryOut,
     MemoryOut,
     MemoryResetOut,
-    MemorySourceOut,
     MessagesPageOut,
     RunBody,
     RunResultOut,
     StorageBytesOut,
     ThreadStorageOut,
-    TranscriptMessageOut,
     exact,
+    memory_out,
+    message_out,
 )
 from threadkeeper.app.http.sse import EventRelay
 from threadkeeper.app.service import (
     MAX_MESSAGE_BYTES,
     Caller,
-    MemoryEntry,
-    MemoryView,
     RunMessage,
     RunRequest,
     ThreadService,
@@ -71,7 +67,7 @@ from threadkeeper.domain.threads import (
     USER_ID_PATTERN,
     stored_user_id,
 )
-from threadkeeper.domain.transcript import MAX_PAGE, TranscriptMessage
+from threadkeeper.domain.transcript import MAX_PAGE
 
 # --- parameters -----------------------------------------------------------------------------
 
@@ -304,16 +300,6 @@ async def start_run(
     return (await EventRelay.start(handle.batches(), sse_heartbeat)).response()
 
 
-def message_out(message: TranscriptMessage) -> TranscriptMessageOut:
-    return TranscriptMessageOut(
-        id=message.id,
-        role=message.role,
-        content=message.content,
-        citations=[CitationOut(c.chunk_id, c.doc_id, c.title) for c in message.citations],
-        created_at=message.created_at,
-    )
-
-
 @get(
     "/threads/{thread_id:str}/messages",
     operation_class=ContractOperation,
@@ -345,13 +331,17 @@ async def thread_storage(
     service: Service, caller: CallerDep, thread_id: ThreadIdPath
 ) -> ThreadStorageOut:
     """The bytes the thread keeps, by kind — checkpoints, messages, run records, archive,
-    tool audit, feedback — and their total (not the user's memory, which is per user). 404
+    tool audit, feedback — and their total (not the user's memory, which is per user), as
+    stored (compressed where threadkeeper compresses) and logical (inflated). 404
     for a thread that does not exist, as for one of another user."""
     usage = await service.storage(caller, _thread_id(thread_id))
+    logical = usage.uncompressed
     return ThreadStorageOut(
         thread_id=thread_id,
         bytes=StorageBytesOut(**usage.by_kind()),
         total=usage.total,
+        logical_bytes=StorageBytesOut(**logical.by_kind()),
+        logical_total=logical.total,
     )
 
 
@@ -389,20 +379,6 @@ async def add_feedback(
 
 
 # --- users ----------------------------------------------------------------------------------
-
-
-def _entry_out(entry: MemoryEntry) -> MemoryEntryOut:
-    source = msgspec.convert(entry.source, MemorySourceOut, strict=False)
-    return MemoryEntryOut(key=entry.key, value=entry.value, source=source)
-
-
-def memory_out(view: MemoryView) -> MemoryOut:
-    """The memory body (also what ``threadkeeper export`` writes)."""
-    return MemoryOut(
-        profile=[_entry_out(e) for e in view.profile],
-        facts=[_entry_out(e) for e in view.facts],
-        pending=view.pending,
-    )
 
 
 @get(

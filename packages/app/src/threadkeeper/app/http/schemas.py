@@ -11,8 +11,16 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from threadkeeper.app.service import AnswerOut, CitationOut, RunResultOut, UsageOut
+from threadkeeper.app.service import (
+    AnswerOut,
+    CitationOut,
+    MemoryEntry,
+    MemoryView,
+    RunResultOut,
+    UsageOut,
+)
 from threadkeeper.domain.threads import TENANT_OR_USER_ID, THREAD_ID
+from threadkeeper.domain.transcript import TranscriptMessage
 
 TENANT_HEADER = "X-Tenant-Id"
 USER_HEADER = "X-User-Id"
@@ -173,7 +181,11 @@ class ThreadStorageOut(msgspec.Struct, frozen=True):
 
     thread_id: str
     bytes: StorageBytesOut
+    """Stored: after threadkeeper's own compression, before the server's."""
     total: int
+    logical_bytes: StorageBytesOut
+    """The same rows with threadkeeper's compression undone (docs/api.md)."""
+    logical_total: int
 
 
 class LiveOut(msgspec.Struct, frozen=True):
@@ -212,3 +224,30 @@ class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
     """422: one entry per invalid header, path or query parameter or body field."""
     checks: dict[str, str] | None = None
     """503 not ready: each backend's state."""
+
+
+# --- from the service's views (the routes, and what ``threadkeeper export`` writes) ---------
+
+
+def message_out(message: TranscriptMessage) -> TranscriptMessageOut:
+    return TranscriptMessageOut(
+        id=message.id,
+        role=message.role,
+        content=message.content,
+        citations=[CitationOut(c.chunk_id, c.doc_id, c.title) for c in message.citations],
+        created_at=message.created_at,
+    )
+
+
+def _entry_out(entry: MemoryEntry) -> MemoryEntryOut:
+    source = msgspec.convert(entry.source, MemorySourceOut, strict=False)
+    return MemoryEntryOut(key=entry.key, value=entry.value, source=source)
+
+
+def memory_out(view: MemoryView) -> MemoryOut:
+    """The memory body (also what ``threadkeeper export`` writes)."""
+    return MemoryOut(
+        profile=[_entry_out(e) for e in view.profile],
+        facts=[_entry_out(e) for e in view.facts],
+        pending=view.pending,
+    )
