@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from opentelemetry.metrics import NoOpMeter
 
 from tests.api.conftest import HEADERS, USER, settings_for
 from tests.support import metrics
 from threadkeeper.app.application import create_app
+from threadkeeper.app.telemetry import HTTP_DROPPED_INSTRUMENTS, HTTP_KEPT_INSTRUMENTS
 
 TOKEN = "cardinality-token"
 REQUESTS = 1_000
@@ -132,3 +134,58 @@ async def test_unknown_methods_are_other(client: AsyncTestClient[Litestar]) -> N
     assert "BREW" not in methods
     assert "PROPFIND" not in methods
     assert "_OTHER" in methods
+
+
+class _RecordingMeter:
+    """Records the name of every instrument made through it (what the instrumentation makes)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def _make(self, name: str, **_: object) -> object:
+        self.names.append(name)
+        return NoOpMeter("recording").create_histogram(name)
+
+    create_histogram = create_counter = create_up_down_counter = _make
+
+
+@pytest.mark.parametrize("opt_in", ["", "http", "http/dup"])
+def test_the_instrumentation_makes_no_instrument_the_views_do_not_name(
+    opt_in: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every View matching several instruments would also make a stream for those it should
+    drop: the views name each instrument, so a new one in an upgrade must be named too."""
+    from opentelemetry.instrumentation import _semconv
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+    stability = _semconv._OpenTelemetrySemanticConventionStability
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", opt_in)
+    # the mode is read once per process: read it again here, and put the process's back after
+    monkeypatch.setattr(stability, "_initialized", False)
+    monkeypatch.setattr(
+        stability, "_OTEL_SEMCONV_STABILITY_SIGNAL_MAPPING", {}
+    )  # a new dict: the process's is left as it was
+    meter = _RecordingMeter()
+    OpenTelemetryMiddleware(lambda *_: None, meter=meter)  # type: ignore[arg-type]
+    assert meter.names
+    assert set(meter.names) <= set(HTTP_KEPT_INSTRUMENTS) | set(HTTP_DROPPED_INSTRUMENTS)
+
+
+async def test_metrics_carry_what_dashboards_read_and_no_more(
+    client: AsyncTestClient[Litestar],
+) -> None:
+    """No request- or response-size histograms (read by nothing, two thirds of ``/metrics``),
+    and HTTP series labelled by method, status and route only — not by what every request of
+    the process shares (scheme, HTTP version, port)."""
+    await send(client, requests(random.Random(7), 14))
+    exposition = (await client.get("/metrics")).text
+    assert "http_server_duration_milliseconds_bucket" in exposition
+    for family in ("http_server_request_size", "http_server_response_size", "body_size"):
+        assert family not in exposition
+    labels = {
+        label
+        for line in series(exposition, "http_server_")
+        for label in re.findall(r'([a-z_]+)="', line)
+    }
+    scope = {"otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
+    assert labels - scope <= {"http_method", "http_status_code", "http_target", "le"}

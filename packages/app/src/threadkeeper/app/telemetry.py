@@ -224,45 +224,66 @@ ASGI_METER = "opentelemetry.instrumentation.asgi"
 server metrics."""
 HTTP_METRIC_ATTRIBUTES = frozenset(
     {
-        # the instrumentation's default (pre-1.21) conventions: http.server.duration,
-        # .active_requests, .request.size, .response.size
+        # the instrumentation's default (pre-1.21) conventions: http.server.duration and
+        # .active_requests
         "http.method",  # an unknown method is "_OTHER" (opentelemetry.util.http.sanitize_method)
         "http.status_code",
         "http.target",  # the route template (http.app.name_server_span), none when unrouted
-        "http.scheme",  # the ASGI server's: http or https
-        "http.flavor",  # the ASGI server's parse of the request line: 1.0, 1.1, 2
-        "net.host.port",  # the listening socket's
-        # OTEL_SEMCONV_STABILITY_OPT_IN=http or http/dup: http.server.request.duration,
-        # .request.body.size, .response.body.size, .active_requests
+        # OTEL_SEMCONV_STABILITY_OPT_IN=http or http/dup: http.server.request.duration and
+        # .active_requests
         "http.request.method",
         "http.response.status_code",
         "http.route",
         "error.type",  # the status code of a 5xx, as text
-        "network.protocol.version",
-        "url.scheme",
     }
 )
 """The only attributes the HTTP server metrics keep, every one of a bounded set. Dropped:
 ``http.server_name`` — the ``Host`` header as the client sent it, on every request, 401s and
 404s too (a series per value: unbounded memory and ``/metrics``) — and ``http.host``, the
 listening socket's address (the scrape's own ``instance``), with whatever attribute a later
-instrumentation adds. The values that stay are the server's (scheme, flavor, port), the
-route's template, the status, and the method as the conventions normalise it."""
+instrumentation adds; and what is the same on every request of a process — the scheme, the
+HTTP version, the port (``http.scheme``, ``http.flavor``, ``net.host.port`` and their newer
+names) — which only lengthened every line. What stays: the route's template, the status, and
+the method as the conventions normalise it."""
+
+HTTP_KEPT_INSTRUMENTS = (
+    "http.server.duration",
+    "http.server.request.duration",
+    "http.server.active_requests",
+)
+"""The ASGI instrumentation's instruments that ``/metrics`` shows, with ``HTTP_METRIC_ATTRIBUTES``
+only (every instrument it makes is here or in ``HTTP_DROPPED_INSTRUMENTS``: a View matching
+several instruments would also match these, and every matching View makes a stream; a test
+checks the instrumentation makes no other)."""
+
+HTTP_DROPPED_INSTRUMENTS = (
+    "http.server.request.size",
+    "http.server.response.size",
+    "http.server.request.body.size",
+    "http.server.response.body.size",
+)
+"""The ASGI instrumentation's size histograms: read by no dashboard or alert (docs/dashboards.md),
+they were two thirds of ``/metrics`` (a 15-bucket series per route and status each)."""
 
 
 def metric_views() -> list[Any]:
     """The ``View`` s of threadkeeper's ``MeterProvider``: the ASGI instrumentation's HTTP
-    server metrics keep only ``HTTP_METRIC_ATTRIBUTES``. A process that installs its own
+    server metrics keep only ``HTTP_METRIC_ATTRIBUTES``, and its size histograms
+    (``HTTP_DROPPED_INSTRUMENTS``) are not aggregated at all. A process that installs its own
     ``MeterProvider`` before the app is built should pass these to it."""
-    from opentelemetry.sdk.metrics.view import View
+    from opentelemetry.sdk.metrics.view import DropAggregation, View
 
-    return [
-        View(
-            meter_name=ASGI_METER,
-            instrument_name="http.server.*",
-            attribute_keys=set(HTTP_METRIC_ATTRIBUTES),
-        )
+    dropped = [
+        View(meter_name=ASGI_METER, instrument_name=name, aggregation=DropAggregation())
+        for name in HTTP_DROPPED_INSTRUMENTS
     ]
+    kept = [
+        View(
+            meter_name=ASGI_METER, instrument_name=name, attribute_keys=set(HTTP_METRIC_ATTRIBUTES)
+        )
+        for name in HTTP_KEPT_INSTRUMENTS
+    ]
+    return [*dropped, *kept]
 
 
 def configure_metrics(profile: str = "", readers: Sequence[Any] = ()) -> Any:
