@@ -1,5 +1,6 @@
 """How long the operator's commands take, start-up included: ``replay`` of one run, ``export``
-of one user and ``doctor``, on the embedded profile, each a real ``threadkeeper`` process.
+of one user, ``export-runs``, ``retention --dry-run`` and ``doctor``, on the embedded profile,
+each a real ``threadkeeper`` process.
 
 A command's time is mostly start-up (imports). Each command builds only what it uses — the
 backend, plus the knowledge base when a replayed prompt had documents, plus the tokenizer and
@@ -146,11 +147,19 @@ def _arms(run_id: str) -> dict[str, list[str]]:
             USER,
         ],
         "export of one user": [*cli, "export", "--tenant", TENANT, "--user", USER],
+        "export-runs since a date": [*cli, "export-runs", "--since", "2026-01-01"],
+        "retention dry run": [*cli, "retention", "--older-than", "90d", "--dry-run"],
         "doctor": [*cli, "doctor"],
     }
 
 
-GATES = {"replay of one run": 0.8, "export of one user": 0.8, "doctor": 0.95}
+GATES = {
+    "replay of one run": 0.8,
+    "export of one user": 0.8,
+    "export-runs since a date": 0.8,
+    "retention dry run": 0.5,
+    "doctor": 0.95,
+}
 
 
 @pytest.mark.parametrize("arm", list(_arms("0")))

@@ -208,6 +208,13 @@ HEAVY = (
     "threadkeeper.app.runs",
     "threadkeeper.hooks",
     "uvicorn",
+    # issue 29, item 5: the HTTP layer (export took its converters from the routes), LangChain's
+    # tracers through langgraph.errors (the service module), the search's bm25s and scipy
+    "litestar",
+    "langgraph.types",
+    "langsmith",
+    "bm25s",
+    "scipy",
 )
 
 
@@ -218,6 +225,7 @@ HEAVY = (
         ["doctor"],
         ["replay", "--thread", "t-1", "--run", "0b0e4b7c-8f0a-4a53-9d55-1f3a5b0c2e11"],
         ["retention", "--older-than", "90d", "--dry-run"],
+        ["export-runs", "--since", "2026-01-01"],
     ],
     ids=lambda argv: argv[0],
 )

@@ -12,7 +12,6 @@ from functools import cache
 from typing import Any, Literal, NamedTuple, Protocol
 
 import msgspec
-from langgraph.errors import GraphRecursionError
 
 from threadkeeper.domain.errors import (
     AtCapacity,
@@ -203,6 +202,10 @@ def run_failure(exc: Exception) -> DomainError:
     says so)."""
     if isinstance(exc, DomainError):
         return exc
+    # imported here: langgraph.errors brings langgraph.types and LangChain's tracers (~0.5 s),
+    # which the commands that only read storage never need (this module's types they do)
+    from langgraph.errors import GraphRecursionError
+
     if isinstance(exc, GraphRecursionError):  # past the run's step limit (MAX_MODEL_CALLS)
         return RunFailed("the run kept calling tools past its step limit; nothing was stored")
     if storage_unreachable(exc):

@@ -24,7 +24,6 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-import bm25s  # untyped: ignore_missing_imports in pyproject; wrapped by _Bm25 below
 import numpy as np
 from numpy.typing import NDArray
 
@@ -124,6 +123,8 @@ class _Bm25:
     __slots__ = ("_bm25", "_scale", "vocab")
 
     def __init__(self, corpus: Sequence[Sequence[str]]) -> None:
+        import bm25s  # untyped (ignore_missing_imports); here: it brings scipy (~0.5 s)
+
         vocab: dict[str, int] = {}
         ids = [[vocab.setdefault(token, len(vocab)) for token in tokens] for tokens in corpus]
         self.vocab = vocab
@@ -198,6 +199,13 @@ class KnowledgeBase:
             )
             documents[folder.name] = [_read_document(f) for f in files]
         return cls(documents)
+
+    @staticmethod
+    def prepare() -> None:
+        """Import what searching needs (bm25s and scipy, about half a second): ``serve`` calls
+        it at start, so that no request pays it; a command that only lists or reads documents
+        (``doctor``, ``replay``) never does."""
+        import bm25s  # noqa: F401
 
     def tenants(self) -> list[str]:
         """The tenants that have a folder (``_default`` included), sorted."""
