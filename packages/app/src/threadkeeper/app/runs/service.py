@@ -250,10 +250,16 @@ class RunService:
         if self.worker.settings.concurrency > 0:
             self.worker.start()
 
+    def _unfinished(self) -> set[asyncio.Task[Any]]:
+        """The runs and their threads' weighing not done yet. Only those: a done task leaves
+        its set in a done callback, which awaiting what is already done never yields to
+        (Python 3.13's ``gather`` of done tasks): a loop over every task would spin."""
+        return {t for t in (*self._tasks, *self.executor.background) if not t.done()}
+
     async def wait_idle(self) -> None:
         """Wait for every run in flight and what runs leave behind: the weighing of their
         threads, and their follow-up work due now (done here, if no worker took it)."""
-        while pending := {*self._tasks, *self.executor.background}:
+        while pending := self._unfinished():
             await asyncio.gather(*pending, return_exceptions=True)  # runs end, then they weigh
         await self.worker.run_due()
 
@@ -277,7 +283,7 @@ class RunService:
                 len(cancelled),
                 grace,
             )
-        while pending := {*self._tasks, *self.executor.background}:
+        while pending := self._unfinished():
             await asyncio.gather(*pending, return_exceptions=True)
         await self.worker.stop(grace)  # follow-up work in flight: finished, or handed back
         return len(cancelled)
