@@ -30,11 +30,14 @@ def await_chain(awaitable: Any, limit: int = 64) -> Iterator[str]:
         if frame is not None:
             code = frame.f_code
             yield f"{code.co_filename}:{frame.f_lineno} {code.co_name}"
-        awaitable = (
+        inner = (
             getattr(awaitable, "cr_await", None)
             or getattr(awaitable, "gi_yieldfrom", None)
             or getattr(awaitable, "ag_await", None)
         )
+        if frame is None and inner is None:  # what the chain cannot be followed into
+            yield f"<{type(awaitable).__name__}>"  # e.g. a future, an async generator's step
+        awaitable = inner
 
 
 def task_dump() -> str:

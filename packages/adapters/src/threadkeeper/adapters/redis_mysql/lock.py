@@ -57,10 +57,12 @@ class RedisRunLock(RunLock):
             # no holder: it let go between the two commands; try once more
             if holder is not None or not await lock.acquire(token=token):
                 raise ThreadBusy(holder or await self.holder(thread_key))
-        keeper = asyncio.create_task(self._keep(lock, thread_key))
+        stop = asyncio.Event()
+        keeper = asyncio.create_task(self._keep(lock, thread_key, stop))
         try:
             yield
         finally:
+            stop.set()  # the keeper ends even if its cancellation is turned into an error
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
@@ -69,9 +71,15 @@ class RedisRunLock(RunLock):
             except LockError:  # expired (and maybe taken by another run): not ours to delete
                 log.warning("run lock on %s had expired before release", log_name(thread_key))
 
-    async def _keep(self, lock: Lock, thread_key: str) -> None:
-        while True:
+    async def _keep(self, lock: Lock, thread_key: str, stop: asyncio.Event) -> None:
+        """Re-arm the TTL every third of it until ``stop``. A cancellation that lands inside a
+        Redis command can come out of redis-py as an error (seen: a run's release waited 16
+        minutes for a keeper that had swallowed its cancellation and kept extending the
+        lock), so ``stop`` is checked after every command as well."""
+        while not stop.is_set():
             await asyncio.sleep(self.ttl / 3)
+            if stop.is_set():
+                return
             try:
                 await lock.reacquire()
             except LockError:
@@ -80,6 +88,8 @@ class RedisRunLock(RunLock):
                 )
                 return
             except Exception:  # Redis unreachable for a moment: try again next period
+                if stop.is_set():
+                    return
                 log.warning(
                     "could not extend the run lock on %s", log_name(thread_key), exc_info=True
                 )
