@@ -122,6 +122,8 @@ class TcpProxy:
         self._held: list[socket.socket] = []  # accepted while hung, never joined to the server
         self._closed = threading.Event()
         self._trigger: _Trigger | None = None
+        self._firing = 0  # triggers taken by a pipe and not yet carried out
+        self._fired = threading.Condition(self._lock)  # notified when one has been
         self._tail = _TAIL
         self._listener: socket.socket | None = None
         self._acceptor: threading.Thread | None = None
@@ -275,10 +277,14 @@ class TcpProxy:
         self._require_namespace()
         return self._arm(pattern, direction, "partition", "before")
 
-    def disarm(self) -> None:
-        """Forget an armed trigger that has not fired."""
-        with self._lock:
+    def disarm(self, wait: float = 10.0) -> None:
+        """Forget an armed trigger that has not fired, and wait (up to ``wait`` seconds) for
+        one a pipe has already taken to be carried out: a :meth:`heal` or :meth:`restore`
+        after this one then undoes it. (Without the wait, a trigger taken just before a mend
+        partitioned the proxy just after it — for good: a run after the mend hung.)"""
+        with self._fired:
             self._trigger = None
+            self._fired.wait_for(lambda: self._firing == 0, timeout=wait)
 
     def _arm(
         self, pattern: bytes, direction: Direction, action: Literal["cut", "partition"], when: str
@@ -304,6 +310,7 @@ class TcpProxy:
             if trigger.pattern not in window:
                 return None
             self._trigger = None
+            self._firing += 1  # until _fire is done: disarm() waits for it
             return trigger
 
     # -- plumbing --------------------------------------------------------------------------
@@ -427,6 +434,19 @@ class TcpProxy:
 
     def _fire(self, trigger: _Trigger, link: _Link, direction: Direction, chunk: bytes) -> bool:
         """Carry out a trigger found in ``chunk``; whether the pipe goes on reading."""
+        try:
+            going_on = self._carry_out(trigger, link, direction, chunk)
+        finally:
+            with self._fired:
+                self._firing -= 1
+                self._fired.notify_all()
+        if trigger.action == "partition" and trigger.when == "before":
+            self._forward(link, direction, link.ends(direction)[1], chunk)  # held until heal()
+        return going_on
+
+    def _carry_out(
+        self, trigger: _Trigger, link: _Link, direction: Direction, chunk: bytes
+    ) -> bool:
         source, sink = link.ends(direction)
         if trigger.action == "partition":
             namespace = self._require_namespace()
@@ -437,9 +457,7 @@ class TcpProxy:
                 self._count(direction, len(chunk))
             namespace.link_down()
             self.tripped.set()
-            if trigger.when == "before":
-                self._forward(link, direction, sink, chunk)  # held until heal()
-            return True
+            return True  # a chunk held back ("before") is forwarded by _fire, once it is done
         link.doomed = True  # before the chunk goes out: the answer to it must not come back
         if trigger.when == "after":
             sink.sendall(chunk)

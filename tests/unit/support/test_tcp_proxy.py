@@ -449,6 +449,39 @@ def test_partition_before_withholds_the_chunk_until_heal(
         assert recv_exactly(sock, 7, timeout=30) == b"COMMIT;"
 
 
+@pytest.mark.parametrize("when", ["after", "before"])
+def test_a_mend_while_a_trigger_fires_leaves_the_proxy_healed(
+    netns_proxy: TcpProxy, echo: EchoServer, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """A pipe takes the trigger for a COMMIT just as the test mends (disarm, then heal): the
+    mend waits for the partition to be in place and undoes it. Before, ``heal`` found nothing
+    partitioned yet and returned, and the trigger partitioned the proxy right after — for
+    good: a storage fault test's run after the mend hung (CI, 2026-12-07)."""
+    namespace_of = netns_proxy._require_namespace  # the first step of carrying it out
+    taken = threading.Event()
+
+    def slowly() -> Any:
+        if threading.current_thread() is not threading.main_thread():  # the pipe, not heal()
+            taken.set()
+            time.sleep(0.5)  # the window between taking the trigger and the partition
+        return namespace_of()
+
+    monkeypatch.setattr(netns_proxy, "_require_namespace", slowly)
+    with connect(netns_proxy) as sock:
+        roundtrip(sock, b"BEGIN;")
+        arm = netns_proxy.partition_after if when == "after" else netns_proxy.partition_before
+        tripped = arm(b"COMMIT")
+        sock.sendall(b"COMMIT;")
+        assert taken.wait(WAIT)
+        netns_proxy.disarm()  # what Rig.mend does
+        netns_proxy.heal()
+        assert tripped.is_set()
+        assert not netns_proxy.partitioned
+        assert echo.wait_received(0, b"BEGIN;COMMIT;") == b"BEGIN;COMMIT;"
+        assert recv_exactly(sock, 7, timeout=30) == b"COMMIT;"
+        roundtrip(sock, b"after the mend")
+
+
 def test_arming_rejects_bad_arguments(proxy: TcpProxy) -> None:
     with pytest.raises(ValueError, match="non-empty"):
         proxy.cut_after(b"")
