@@ -126,6 +126,7 @@ async def test_deflated_payloads_count_inflated_in_the_logical_figures(tmp_path:
             insert_record = text("INSERT INTO tk_run_records VALUES (:t, :record)")
             await conn.execute(insert_record, {"t": "t", "record": record})
             await conn.execute(insert_record, {"t": "t", "record": b'{"short": 1}'})
+            await conn.execute(insert_record, {"t": "t", "record": b"Znot deflate at all"})
         async with engine.connect() as conn:
             usage = await ThreadWeigher().usage(conn, "t")
         stored, logical = usage.by_kind(), usage.uncompressed.by_kind()
