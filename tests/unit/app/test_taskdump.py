@@ -38,18 +38,25 @@ async def test_the_dump_follows_each_task_to_its_innermost_await() -> None:
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 here")
-async def test_sigusr1_logs_the_dump(caplog: pytest.LogCaptureFixture) -> None:
+async def test_sigusr1_logs_the_dump() -> None:
     loop = asyncio.get_running_loop()
+    logged: list[str] = []
+    arrived = asyncio.Event()
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged.append(record.getMessage())
+            arrived.set()  # the handler runs in the loop's own signal callback
+
+    logger = logging.getLogger("threadkeeper.app.taskdump")
+    catch = Catch(logging.WARNING)
+    logger.addHandler(catch)
     assert install_task_dump(loop)
     try:
-        with caplog.at_level(logging.WARNING, logger="threadkeeper.app.taskdump"):
-            os.kill(os.getpid(), signal.SIGUSR1)
-            for _ in range(100):
-                await asyncio.sleep(0.01)
-                if caplog.records:
-                    break
+        os.kill(os.getpid(), signal.SIGUSR1)
+        await asyncio.wait_for(arrived.wait(), timeout=30)  # generous: a busy machine
     finally:
         loop.remove_signal_handler(signal.SIGUSR1)
-    assert caplog.records
-    assert "asyncio tasks:" in caplog.records[0].getMessage()
-    assert "test_sigusr1_logs_the_dump" in caplog.records[0].getMessage()
+        logger.removeHandler(catch)
+    assert "asyncio tasks:" in logged[0]
+    assert "test_sigusr1_logs_the_dump" in logged[0]
