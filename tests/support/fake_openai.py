@@ -460,7 +460,12 @@ class FakeProvider:
         """Serve on a free loopback port, in a daemon thread; returns once it accepts."""
         if self._server is not None:
             raise RuntimeError("the fake provider is already started")
-        listener = socket.create_server(("127.0.0.1", 0))
+        # IPPROTO_TCP, not create_server's 0: asyncio sets TCP_NODELAY only on sockets that
+        # say they are TCP, and without it every streamed response's body waited ~40 ms for
+        # the client's delayed ACK (Nagle) -- a stall no real provider makes
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
         config = uvicorn.Config(
             self._app,
             http="h11",

@@ -363,3 +363,27 @@ def test_release_lets_held_requests_go_on(provider: FakeProvider) -> None:
 def test_unknown_mode_is_refused(provider: FakeProvider) -> None:
     with pytest.raises(ValueError, match="unknown mode"):
         provider.set_mode("flaky")  # type: ignore[arg-type]
+
+
+def test_its_connections_send_without_delay(provider: FakeProvider) -> None:
+    """The fake's socket says it is TCP, so asyncio sets TCP_NODELAY on every connection it
+    accepts. It did not: each streamed answer's body waited ~40 ms for the client's delayed
+    ACK (Nagle), and every model call of the benchmarks — chat, memory extraction, summary —
+    carried a stall no real provider makes (the follow-up latency benchmark's turns, 0.2 s of
+    provider delay, had ~0.2 × D of it)."""
+    import socket
+
+    import httpx
+
+    with httpx.Client(base_url=provider.url, timeout=DEADLINE) as client:
+        body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+        assert client.post("/chat/completions", json=body).status_code == 200
+        server = provider._server
+        assert server is not None
+        sockets = [
+            connection.transport.get_extra_info("socket")
+            for connection in server.server_state.connections
+        ]
+        assert sockets, "the kept-alive connection is open"
+        for sock in sockets:
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
