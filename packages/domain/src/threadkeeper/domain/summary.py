@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import msgspec
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from threadkeeper.domain.tokens import TokenCounter, message_text
+from threadkeeper.domain.tokens import REPLY_PRIMING, TokenCounter, message_text
 
 SUMMARY_HEADING = "Summary of the earlier conversation:"
 
@@ -170,15 +170,65 @@ class ExtractiveSummarizer:
 # --- folding ahead of need ----------------------------------------------------------------------
 
 FOLD_HEADROOM = 0.2
-"""The share of the window's budget a fold leaves free: a run that must fold folds that much
-further than it needs (so the next runs need no fold for a while), and follow-up work folds
-ahead once a thread has less than this left (``app.runs.fold``)."""
+"""The least share of the conversation's room (the window's budget less the summary's share
+and the system message, which is sent whole every time) that follow-up work keeps free: it
+folds ahead once less would be free after the next ``AHEAD_RUNS`` runs (``fold_budgets``)."""
 
 FOLD_AHEAD_HEADROOM = 0.4
-"""The share a fold made ahead by follow-up work leaves free: it must still cover what the
-run after next needs, since the next run starts the instant the answer ends, before the fold
-(a model call) is made. A run that brings more than that — a long message, documents far
-longer than the last run's — folds the rest itself (and waits for it)."""
+"""The least share of the conversation's room a fold leaves free — made ahead by follow-up
+work or by a run that must fold itself — and at least two turns more than ``FOLD_HEADROOM``
+asks: a thread is folded at most every other turn (each fold is a model call)."""
+
+AHEAD_RUNS = 3
+"""How many runs ahead a fold is made. The fold is made while the next runs run: the next one
+starts the instant the answer ends, and a fold takes as long as a run (a model call) and then
+some (a worker must take the work first), so a fold for the run after next still races that
+run's start and lost about half the time. A fold for the third run has two runs' time."""
+
+
+def newest_turn_tokens(history: Sequence[BaseMessage], counter: TokenCounter) -> int:
+    """The tokens of the newest whole turn of ``history`` (its human message and all that
+    answered it; the one before when the newest has no answer yet): what a run adds."""
+    humans = []  # the newest two human messages' positions, newest first
+    for index in range(len(history) - 1, -1, -1):
+        if isinstance(history[index], HumanMessage):
+            humans.append(index)
+            if len(humans) == 2:
+                break
+    if not humans:
+        return 0
+    begin, end = humans[0], len(history)
+    if end - begin == 1 and len(humans) == 2:  # a run's own message, not answered yet
+        begin, end = humans[1], humans[0]
+    return sum(counter.count(message) for message in history[begin:end])
+
+
+def fold_budgets(
+    history: Sequence[BaseMessage], *, budget: int, system: str, counter: TokenCounter
+) -> tuple[int, int]:
+    """``fold_room`` for a thread's ``history`` and the system message ``system``."""
+    fixed = REPLY_PRIMING + counter.count_system(system)
+    return fold_room(budget, fixed, newest_turn_tokens(history, counter))
+
+
+def fold_room(budget: int, fixed: int, turn: int) -> tuple[int, int]:
+    """(the budget whose overflow asks for a fold ahead, the budget a fold folds for).
+
+    ``budget`` is the window's budget less the summary's share, ``fixed`` what the system
+    message takes of it and ``turn`` what a run adds (``newest_turn_tokens``). The room is
+    what is left for the conversation. A fold is wanted once less than ``AHEAD_RUNS`` turns (the
+    runs ahead but the last, which brings its message, and a turn's worth for the system
+    message's growth: memory, documents) — and ``FOLD_HEADROOM`` of the room — would be free;
+    it leaves two turns more
+    free, and ``FOLD_AHEAD_HEADROOM`` of the room. Neither frees the newest turn's room: the
+    window always holds the newest turn. Shares alone were wrong both ways: with a system
+    message taking half the budget, a share of the whole budget was the whole room, and a
+    share of the room may be less than the two runs a fold ahead must cover."""
+    room = max(0, budget - fixed)
+    cap = max(0, room - turn)
+    want = max(int(FOLD_HEADROOM * room), AHEAD_RUNS * turn)
+    leave = max(int(FOLD_AHEAD_HEADROOM * room), want + 2 * turn)
+    return budget - min(want, cap), budget - min(leave, cap)
 
 
 class AheadSummary(msgspec.Struct, frozen=True):
@@ -218,6 +268,26 @@ def fold_ahead_plan(
     if not fold:
         return [], None
     return fold, history[window_start - 1].id
+
+
+def ahead_reach(
+    found: AheadSummary | None, summary: Summary | None, history: Sequence[BaseMessage]
+) -> int | None:
+    """The position in ``history`` of the newest message the fold made ahead ``found`` covers,
+    when it may take the place of the state's ``summary``; else ``None``.
+
+    It may when it was made on that summary or an earlier one and reaches further: a fold made
+    on summary *b* covers the thread from its start through its message, so it covers all that
+    a later summary covers when it reaches beyond it (a run may have taken an earlier fold
+    made ahead, or folded itself, while this one was being made). It may not when it was made
+    on a later summary than the state's, or when its message is no longer in ``history``."""
+    if found is None or found.base_version > (summary.version if summary else 0):
+        return None
+    begin = index_of(history, summary.through_id) if summary else -1
+    covered = index_of(history, found.through_id)
+    if covered is None or begin is None or covered <= begin:
+        return None
+    return covered
 
 
 def index_of(history: Sequence[BaseMessage], message_id: str | None) -> int | None:

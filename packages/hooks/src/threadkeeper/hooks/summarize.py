@@ -19,9 +19,10 @@ from langgraph.types import Command
 
 from threadkeeper.domain.errors import ContextOverflow, MessageTooLarge
 from threadkeeper.domain.summary import (
-    FOLD_HEADROOM,
     ExtractiveSummarizer,
     Summary,
+    ahead_reach,
+    fold_budgets,
     index_of,
     messages_to_fold,
 )
@@ -69,7 +70,7 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
         )
         if not fold:
             return summary, [], None, window.start
-        # a fold is due: fold for a window with headroom (FOLD_HEADROOM), so that the
+        # a fold is due: fold for a window with room to spare (``fold_budgets``), so that the
         # next runs need none for a while — the time a fold made ahead by follow-up work needs
         start = self._roomier(request, window.start, reserve)
         fold = messages_to_fold(
@@ -78,8 +79,9 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
         return summary, fold, request.messages[start - 1].id, window.start
 
     def _roomier(self, request: ModelRequest[Any], start: int, reserve: int) -> int:
-        """Where the window would start with ``FOLD_HEADROOM`` of the budget to spare —
-        never cutting into the newest turn — or ``start`` when that cannot be had."""
+        """Where the window would start with the room a fold made ahead leaves
+        (``fold_budgets``) — never cutting into the newest turn — or ``start`` when that
+        cannot be had."""
         messages = request.messages
         newest = max(
             (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], HumanMessage)),
@@ -87,12 +89,13 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
         )
         if newest is None:
             return start
+        system = system_text(request.system_message)
+        policy = self.settings.policy
+        _, leave = fold_budgets(
+            messages, budget=self.settings.budget - reserve, system=system, counter=policy.counter
+        )
         try:
-            roomy = self.settings.policy.window(
-                messages,
-                budget=int((self.settings.budget - reserve) * (1 - FOLD_HEADROOM)),
-                system=system_text(request.system_message),
-            )
+            roomy = policy.window(messages, budget=leave, system=system)
         except (MessageTooLarge, ContextOverflow):
             return start
         return roomy.start if start <= roomy.start <= newest else start
@@ -175,10 +178,4 @@ class SummarizeMiddleware(AgentMiddleware[ThreadState]):
         if not thread_key:
             return None
         found = await self.settings.ahead.ahead(str(thread_key))
-        if found is None or found.base_version != (summary.version if summary else 0):
-            return None
-        begin = index_of(request.messages, summary.through_id) if summary else -1
-        covered = index_of(request.messages, found.through_id)
-        if covered is None or begin is None or covered <= begin:
-            return None
-        return found
+        return found if ahead_reach(found, summary, request.messages) is not None else None

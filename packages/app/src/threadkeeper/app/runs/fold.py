@@ -12,11 +12,12 @@ every message before the window and none in it.
 
 The fold is planned for the system message the round's run was sent (its prompt, memory and
 retrieved documents: the next ones are expected to be alike). A round records the work once the
-thread has less than ``FOLD_HEADROOM`` of its window's budget free; the fold leaves
-``FOLD_AHEAD_HEADROOM`` free — enough for the run after next, since the next run starts the
-instant the answer ends, before the fold is made — and is not made again while a fold made
-earlier still leaves ``FOLD_HEADROOM``. A run that brings more than that needs a fold beyond
-the one made ahead: it folds the rest itself and waits for it
+next ``AHEAD_RUNS`` runs, each adding what the newest turn did, would leave less free than
+``domain.summary.fold_budgets`` keeps: the fold is made while the next run runs (it starts the
+instant the answer ends), so it must be ready for the run after that. The fold leaves more
+free than that: two turns more, and ``FOLD_AHEAD_HEADROOM`` of the room. It is not made
+again while a fold made earlier still leaves the runs ahead room. A run that brings more than
+that needs a fold beyond the one made ahead: it folds the rest itself and waits for it
 (``threadkeeper.summary.folds{fold="in_run"}``).
 """
 
@@ -32,12 +33,13 @@ from threadkeeper.domain.errors import ContextOverflow, MessageTooLarge
 from threadkeeper.domain.followups import FollowUp
 from threadkeeper.domain.prompt import prompt_as_sent
 from threadkeeper.domain.summary import (
-    FOLD_AHEAD_HEADROOM,
-    FOLD_HEADROOM,
+    AHEAD_RUNS,
     AheadSummary,
     SummariesAhead,
     Summary,
+    ahead_reach,
     fold_ahead_plan,
+    fold_budgets,
     index_of,
 )
 from threadkeeper.hooks import HookSettings, ModelSummarizer
@@ -101,35 +103,40 @@ class SummaryJob:
         """The system message a job's run was sent (``None``: the configured prompt alone)."""
 
     def plan(
-        self,
-        values: Mapping[str, Any],
-        system: str | None = None,
-        *,
-        headroom: float = FOLD_AHEAD_HEADROOM,
+        self, values: Mapping[str, Any], system: str | None = None, *, wanted: bool = False
     ) -> FoldPlan:
-        """The fold ahead of the thread state ``values``: the messages the next run is
+        """The fold ahead of the thread state ``values``: the messages the runs ahead are
         expected to need folded that the state's summary does not cover (none yet: an empty
-        ``fold``), for a next run sent the system message ``system`` (the last run's)."""
+        ``fold``), for runs sent the system message ``system`` (the last run's). ``wanted``:
+        only what must be folded for the runs ahead to fit (``fold_budgets``' first budget);
+        otherwise the fold to make, which leaves more room (its second)."""
         history: Sequence[BaseMessage] = values.get("messages") or ()
         summary = Summary.from_state(state_summary(values))
         settings = self.settings
-        budget = int((settings.budget - settings.summary_tokens) * (1 - headroom))
+        system = settings.system_prompt if system is None else system
+        want, leave = fold_budgets(
+            history,
+            budget=settings.budget - settings.summary_tokens,
+            system=system,
+            counter=settings.policy.counter,
+        )
         try:
-            window = settings.policy.window(
-                history, budget=budget, system=settings.system_prompt if system is None else system
-            )
+            budget = want if wanted else leave
+            window = settings.policy.window(history, budget=budget, system=system)
         except (MessageTooLarge, ContextOverflow):
             return FoldPlan(history, summary, [], None)  # the run decides: no room for a summary
-        # the next run brings one more turn: the fold may count it (the run takes the fold only
-        # once it must fold itself, which it may only past ``summary_after_turns``)
-        after_turns = max(0, settings.summary_after_turns - 1)
+        # the fold is made for the AHEAD_RUNS-th run from now, which brings as many turns: the
+        # fold may count them (a run takes the fold only once it must fold itself, which it
+        # may only past ``summary_after_turns``)
+        after_turns = max(0, settings.summary_after_turns - AHEAD_RUNS)
         fold, through = fold_ahead_plan(history, summary, window.start, after_turns=after_turns)
         return FoldPlan(history, summary, fold, through)
 
     def wanted(self, values: Mapping[str, Any], system: str | None = None) -> bool:
         """Whether a round that left the thread in state ``values``, its run sent the system
-        message ``system``, leaves a fold to make: less than ``FOLD_HEADROOM`` is free."""
-        return bool(self.plan(values, system, headroom=FOLD_HEADROOM).fold)
+        message ``system``, leaves a fold to make: the runs ahead would not fit with room to
+        spare (``fold_budgets``)."""
+        return bool(self.plan(values, system, wanted=True).fold)
 
     async def prepare(self, job: FollowUp, *, last: bool) -> Write | None:
         """The fold of the thread's current state, made (``None``: nothing to fold — the
@@ -151,15 +158,15 @@ class SummaryJob:
         history, fold = plan.history, plan.fold
         previous = plan.summary.text if plan.summary else None
         made = await self.summaries.ahead(job.thread_key)
-        if made is not None and made.base_version == plan.base_version:
-            covered = index_of(history, made.through_id)
-            # a fold made earlier that still leaves FOLD_HEADROOM free is kept: a thread is not
-            # folded again after every round (each fold is a model call)
-            enough = self.plan(state.values or {}, system, headroom=FOLD_HEADROOM)
+        covered = ahead_reach(made, plan.summary, history)
+        if made is not None and covered is not None:
+            # a fold made earlier that still leaves the runs ahead room is kept: a thread is
+            # not folded again after every round (each fold is a model call)
+            enough = self.plan(state.values or {}, system, wanted=True)
             needed = index_of(history, enough.through) if enough.through else -1
-            if covered is not None and needed is not None and covered >= needed:
+            if needed is not None and covered >= needed:
                 return None
-            if covered is not None and fold and covered >= (index_of(history, fold[0].id) or 0):
+            if fold and covered >= (index_of(history, fold[0].id) or 0):
                 previous = made.text  # continue the fold made earlier: fold only what follows
                 fold = [m for m in fold if (index_of(history, m.id) or 0) > covered]
         summarizer = self.settings.summarizer
