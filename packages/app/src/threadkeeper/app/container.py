@@ -65,10 +65,21 @@ def build_fallback(
     return build_model(name, token_delay_ms, timeout_seconds, variable="MODEL_FALLBACK")
 
 
+def unstreamed(model: BaseChatModel) -> BaseChatModel:
+    """``model`` answering in one response instead of a stream, for the calls whose answer
+    nobody reads as it is written — memory extraction, summary folds. A streamed answer costs
+    the process a parse, a pydantic object and a LangChain chunk per token: against the fake
+    provider a call took 5.5 ms of CPU streamed and 2.0 ms not. The copy shares the provider
+    client (its connection pool, timeout and retries)."""
+    if getattr(model, "streaming", None) is True:
+        return model.model_copy(update={"streaming": False})
+    return model
+
+
 def summarizer_for(model_name: str, model: BaseChatModel, counter: TokenCounter) -> Any:
-    """The rolling summary's writer: the configured model when it is a real one, else
-    ``None`` (the hooks' offline extractive summarizer)."""
-    return None if model_name == "builtin" else ModelSummarizer(model, counter)
+    """The rolling summary's writer: the configured model when it is a real one (not
+    streamed: ``unstreamed``), else ``None`` (the hooks' offline extractive summarizer)."""
+    return None if model_name == "builtin" else ModelSummarizer(unstreamed(model), counter)
 
 
 def build_service(
@@ -119,7 +130,9 @@ def build_service(
         scope=ThreadScope(settings.thread_scope),
         rules=MemoryRules(max_facts=settings.memory_max_facts),
         prompt=SYSTEM_PROMPT,
-        extractor=RuleExtractor() if settings.model == "builtin" else ModelExtractor(model),
+        extractor=(
+            RuleExtractor() if settings.model == "builtin" else ModelExtractor(unstreamed(model))
+        ),
         run_timeout=settings.run_timeout_seconds,
         profile=settings.profile,
         trace_id_key=settings.trace_id_key,
