@@ -15,7 +15,7 @@ so is the rolling summary (``THREADKEEPER_TOKEN_BUDGET=1500``,
 ``THREADKEEPER_HOOKS=truncate_tool_results,summarize,compact``): with messages of ≈ 60 tokens
 the window is full after five or six turns, and from then on every turn's window moves.
 
-Load: ``threads`` × ``turns`` (reduced 4 × 10 with D = 0.2 s; full 20 × 30 with D = 0.4 s),
+Load: ``threads`` × ``turns`` (reduced 4 × 10, full 20 × 30; D = 0.4 s, the issue's D, in both),
 each thread its own user, all at once in JSON mode; each thread sends its next message the
 instant the previous answer arrives. The threads' first messages are spread over one D (thread
 *j* starts *j*·D/threads in): started together, with a fixed D, they would stay in lockstep and
@@ -50,7 +50,8 @@ Measured:
 * server CPU per turn (``cpu_ms_per_turn``: the process, every thread, over the campaign —
   the runs, their follow-up work and the watchers' reads).
 
-Gates (``report.py`` ``gate_max``, every profile): ``conflicts_409 ≤ 0`` binds;
+Gates (``report.py`` ``gate_max``, every profile): ``conflicts_409 ≤ 0`` and
+``folds_metric_in_run ≤ 2`` (runs that had to fold themselves: folds are made ahead) bind;
 ``p50_over_D ≤ 1.15`` and ``p99_over_D ≤ 1.6`` are the issue's targets, reported but not
 binding yet (``gate_unmet``, reasons in ``P50_UNMET`` / ``P99_UNMET``).
 """
@@ -108,23 +109,30 @@ class FollowupSize:
 
 
 SIZES = {
-    "reduced": FollowupSize(threads=4, turns=10, delay=0.2),
+    "reduced": FollowupSize(threads=4, turns=10, delay=0.4),
     "full": FollowupSize(threads=20, turns=30, delay=0.4),
 }
 PROFILES = ("embedded", "postgres", "redis-mysql")
 P50_MAX_OVER_D = 1.15
 P99_MAX_OVER_D = 1.6
+IN_RUN_FOLDS_MAX = 2
+"""Runs that had to fold themselves (``threadkeeper_summary_folds_total{fold="in_run"}``): the
+folds are asked for three runs ahead, so none should (0 in every run here; 2 allow for a
+worker held up on a busy machine). Folds asked for one run ahead lost the race about half
+the time."""
 P50_UNMET = (
-    "not met: at D = 0.2 s the server's CPU per turn — its run and follow-up work together, "
-    "≈ 100-130 ms in reduced runs on the 2-core machine — is of the order of D, and one event "
-    "loop serves all of it, so 4 threads queue: turns that did not fold were at 1.7-2.6 × D "
-    "(2026-12-07; docs/benchmarks.md); it needs the CPU per turn cut several-fold (issue 28)"
+    "not met on every profile: the server's CPU per turn — its run and follow-up work "
+    "together, 41-75 ms in reduced runs on the 2-core machine — is served by one event loop, "
+    "so 4 threads queue behind each other and behind the follow-up work: p50 1.09-1.10 "
+    "(embedded), 1.13-1.14 (postgres), 1.11-1.21 (redis-mysql) × D, within 4 % of the bound "
+    "(2026-12-07, docs/benchmarks.md); full size "
+    "(20 threads) saturates the process: it needs the CPU per turn cut (issue 28)"
 )
 """Why the p50 gate does not bind yet (``report.py``: ``gate_unmet``)."""
 P99_UNMET = (
-    "not met: the CPU per turn as for the p50, and 7-17 % of the turns still wait for a "
-    "summary fold (the first fold of each thread, and folds made ahead too late on a "
-    "saturated process)"
+    "met in reduced runs here (1.16-1.35 × D, no run waiting for a fold), but the p99 of 40 "
+    "turns is their second slowest: one stall on a busy CI machine decides it; it binds once "
+    "the full size meets it (issue 28's CPU work)"
 )
 """Why the p99 gate does not bind yet (``report.py``: ``gate_unmet``)."""
 SERVER_ENV = {
@@ -486,6 +494,7 @@ def test_followup_latency(  # type: ignore[no-untyped-def]
             "p50_over_D": P50_MAX_OVER_D,
             "p99_over_D": P99_MAX_OVER_D,
             "conflicts_409": 0,
+            "folds_metric_in_run": IN_RUN_FOLDS_MAX,
         },
         "gate_unmet": {"p50_over_D": P50_UNMET, "p99_over_D": P99_UNMET},
     }

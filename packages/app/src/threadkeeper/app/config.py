@@ -66,9 +66,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Retries of a failed model call (``ModelRetryMiddleware``), before the fallback."""
     model_fallback: str | None = None
     """A second model (``builtin`` or an ``init_chat_model`` string) when the first fails."""
-    followup_workers: int = 4
-    """Follow-up work (memory after an answer) this process does at once; 0: none here (the
-    work waits for a replica that runs workers)."""
+    followup_workers: int = 32
+    """Follow-up work (memory after an answer, folds ahead) this process does at once; 0: none
+    here (the work waits for a replica that runs workers). The work waits on the model, so the
+    bound is set by arrivals times the model's latency, not by the CPU: at 4 it made at most
+    4 / D extractions a second, fewer than 4 chatting threads ask for, and folds made ahead
+    came too late (docs/benchmarks.md, the follow-up latency benchmark)."""
     followup_timeout_seconds: float = 45.0
     """One attempt's preparation — the memory extraction's model call and reads — apart from
     the chat call's timeout."""
