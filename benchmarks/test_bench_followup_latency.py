@@ -252,6 +252,10 @@ def _metric_sums(text: str, prefix: str) -> dict[str, float]:
         for fold in ("in_run", "ahead"):  # the summary's folds by where they were made
             if name == "threadkeeper_summary_folds_total" and f'fold="{fold}"' in line:
                 sums[f"{name}:{fold}"] = sums.get(f"{name}:{fold}", 0.0) + value
+        if name == "threadkeeper_followups_total":  # the work by kind and outcome
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            key = f"{name}:{labels.get('kind')}:{labels.get('outcome')}"
+            sums[key] = sums.get(key, 0.0) + value
     return sums
 
 
@@ -484,6 +488,9 @@ def test_followup_latency(  # type: ignore[no-untyped-def]
         "folds_metric": delta("threadkeeper_summary_folds_total"),
         "folds_metric_in_run": delta("threadkeeper_summary_folds_total:in_run"),
         "folds_metric_ahead": delta("threadkeeper_summary_folds_total:ahead"),
+        "summary_work_done": delta("threadkeeper_followups_total:summary:done"),
+        "summary_work_dropped": delta("threadkeeper_followups_total:summary:dropped"),
+        "memory_work_done": delta("threadkeeper_followups_total:memory:done"),
         "folds_in_run": in_run,
         "folds_ahead": ahead,
         "cpu_ms_per_turn": round(cpu / len(turns) * 1e3, 1),
