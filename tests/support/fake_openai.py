@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import itertools
 import json
 import re
 import socket
@@ -776,3 +777,18 @@ def fake_provider(**options: Any) -> Iterator[FakeProvider]:
     """A started :class:`FakeProvider` (``options`` are its keyword arguments), stopped after."""
     with FakeProvider(**options) as provider:
         yield provider
+
+
+_CHAT_MODELS = itertools.count(1)
+
+
+def fake_chat_model(streaming: bool = True) -> Any:
+    """threadkeeper's model of the fake provider (``app.container.build_model``,
+    ``openai:fake-model``; ``OPENAI_BASE_URL`` set to the provider's URL), with a timeout of
+    its own: langchain-openai keeps one HTTP client per base URL and timeout for the process,
+    and a later test's provider may get an earlier one's port — that client would belong to
+    the earlier test's closed event loop."""
+    from threadkeeper.app.container import build_model, unstreamed
+
+    model = build_model("openai:fake-model", 0, timeout_seconds=30 + next(_CHAT_MODELS) / 997)
+    return model if streaming else unstreamed(model)

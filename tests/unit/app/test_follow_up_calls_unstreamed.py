@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from tests.support.fake_openai import FakeProvider
-from threadkeeper.app.container import build_model, summarizer_for, unstreamed
+from tests.support.fake_openai import FakeProvider, fake_chat_model
+from threadkeeper.app.container import summarizer_for, unstreamed
 from threadkeeper.app.memory import ModelExtractor
 from threadkeeper.domain.extraction import RoundText
 from threadkeeper.domain.memory import MemoryRules
@@ -32,7 +32,7 @@ def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
 async def test_extraction_and_folds_are_asked_for_one_answer_the_chat_call_a_stream(
     provider: FakeProvider,
 ) -> None:
-    model = build_model("openai:fake-model", token_delay_ms=0, timeout_seconds=10)
+    model = fake_chat_model()
     at = datetime(2026, 12, 7, tzinfo=UTC)
     await ModelExtractor(unstreamed(model)).plan(
         RoundText("t-1", "m-1", "Is dental covered?", "Yes.", at), [], MemoryRules()
@@ -49,7 +49,7 @@ async def test_extraction_and_folds_are_asked_for_one_answer_the_chat_call_a_str
 def test_unstreamed_shares_the_client_and_leaves_the_chat_model_streaming(
     provider: FakeProvider,
 ) -> None:
-    model = build_model("openai:fake-model", token_delay_ms=0, timeout_seconds=10)
+    model = fake_chat_model()
     copy = unstreamed(model)
     assert copy.streaming is False  # type: ignore[attr-defined]
     assert model.streaming is True  # type: ignore[attr-defined]
