@@ -307,8 +307,11 @@ class RunService:
         await self.threads.add_feedback(caller, thread_id, run_id, score, comment)
 
     async def memory(self, caller: Caller) -> MemoryView:
-        view = await self.threads.memory(caller)
+        # pending first: work not pending now is done, so the memory read next holds what it
+        # wrote (read the other way round, work ending between the reads was reported done
+        # beside the memory from before it)
         pending = await self.backend.followups.pending_for(caller.tenant_id, caller.user_id)
+        view = await self.threads.memory(caller)
         return msgspec.structs.replace(view, pending=pending) if pending else view
 
     async def reset_memory(self, caller: Caller) -> int:
