@@ -15,6 +15,7 @@ Reproduce the figures in docs/benchmarks.md ("A turn's CPU with a real provider'
 
     .venv/bin/python benchmarks/turn_cpu.py embedded --turns 60
     .venv/bin/python benchmarks/turn_cpu.py embedded --turns 60 --no-summary
+    .venv/bin/python benchmarks/turn_cpu.py embedded --turns 60 --sdk-transform   # before
     uv tool run py-spy record --gil -r 400 -f raw -o docs/benchmarks/profile-turn-cpu.txt -- \\
         .venv/bin/python benchmarks/turn_cpu.py embedded --turns 150
 """
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.fake_openai import FakeProvider, default_answer
 from threadkeeper.adapters.knowledge import KnowledgeBase
+from threadkeeper.adapters.openai_requests import UntransformedCompletions
 from threadkeeper.app.config import Settings
 from threadkeeper.app.container import build_model, build_service
 from threadkeeper.app.counters import counter_from_name
@@ -68,7 +70,9 @@ def answer(body: dict[str, Any]) -> str:
     return default_answer(body)
 
 
-async def measure(profile: str, turns: int, summary: bool) -> tuple[float, float]:
+async def measure(
+    profile: str, turns: int, summary: bool, sdk_transform: bool = False
+) -> tuple[float, float]:
     """(the run's CPU, its follow-up work's CPU) per turn, in ms."""
     with contextlib.ExitStack() as stack:
         provider = stack.enter_context(FakeProvider())
@@ -91,12 +95,15 @@ async def measure(profile: str, turns: int, summary: bool) -> tuple[float, float
             **extra,
         )
         async with open_backend(settings) as backend:
+            model = build_model(settings.model, 0, settings.model_timeout_seconds)
+            if sdk_transform and isinstance(model.async_client, UntransformedCompletions):
+                model.async_client = model.async_client._inner  # the SDK's own path (before)
             service = build_service(
                 settings=settings,
                 backend=backend,
                 counter=counter_from_name(settings.tokenizer),
                 knowledge=KnowledgeBase.from_directory(),
-                model=build_model(settings.model, 0, settings.model_timeout_seconds),
+                model=model,
             )
             caller = Caller(tenant_id="acme", user_id="turn-cpu")
             run_cpu = follow_up_cpu = 0.0
@@ -119,10 +126,18 @@ def main() -> None:
     parser.add_argument("profile", choices=("embedded", "postgres"))
     parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--no-summary", action="store_true", help="trim only: no summary folds")
+    parser.add_argument(
+        "--sdk-transform",
+        action="store_true",
+        help="the OpenAI SDK's own request transform (before adapters.openai_requests)",
+    )
     args = parser.parse_args()
-    run_ms, follow_up_ms = asyncio.run(measure(args.profile, args.turns, not args.no_summary))
+    run_ms, follow_up_ms = asyncio.run(
+        measure(args.profile, args.turns, not args.no_summary, args.sdk_transform)
+    )
     print(
-        f"{args.profile}{' (no summary)' if args.no_summary else ''}: run {run_ms:.1f} ms, "
+        f"{args.profile}{' (no summary)' if args.no_summary else ''}"
+        f"{' (SDK transform)' if args.sdk_transform else ''}: run {run_ms:.1f} ms, "
         f"follow-up work {follow_up_ms:.1f} ms of CPU per turn ({args.turns} turns)"
     )
 
