@@ -123,8 +123,8 @@ the time."""
 P50_UNMET = (
     "not met on every profile: the server's CPU per turn — its run and follow-up work "
     "together, 41-75 ms in reduced runs on the 2-core machine — is served by one event loop, "
-    "so 4 threads queue behind each other and behind the follow-up work: p50 1.09-1.10 "
-    "(embedded), 1.13-1.14 (postgres), 1.11-1.21 (redis-mysql) × D, within 4 % of the bound "
+    "so 4 threads queue behind each other and behind the follow-up work: p50 1.08-1.11 "
+    "(embedded), 1.12-1.14 (postgres), 1.11-1.21 (redis-mysql) × D, within 4 % of the bound "
     "(2026-12-07, docs/benchmarks.md); full size "
     "(20 threads) saturates the process: it needs the CPU per turn cut (issue 28)"
 )
