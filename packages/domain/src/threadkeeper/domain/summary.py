@@ -216,14 +216,14 @@ def fold_room(budget: int, fixed: int, turn: int) -> tuple[int, int]:
 
     ``budget`` is the window's budget less the summary's share, ``fixed`` what the system
     message takes of it and ``turn`` what a run adds (``newest_turn_tokens``). The room is
-    what is left for the conversation. A fold is wanted once less than ``AHEAD_RUNS`` turns (the
-    runs ahead but the last, which brings its message, and a turn's worth for the system
+    what is left for the conversation. A fold is wanted once less than ``AHEAD_RUNS`` turns
+    (the runs ahead but the last, which brings its message, and a turn's worth for the system
     message's growth: memory, documents) — and ``FOLD_HEADROOM`` of the room — would be free;
-    it leaves two turns more
-    free, and ``FOLD_AHEAD_HEADROOM`` of the room. Neither frees the newest turn's room: the
-    window always holds the newest turn. Shares alone were wrong both ways: with a system
-    message taking half the budget, a share of the whole budget was the whole room, and a
-    share of the room may be less than the two runs a fold ahead must cover."""
+    it leaves two turns more free, and ``FOLD_AHEAD_HEADROOM`` of the room. Neither frees the
+    newest turn's room: the window always holds the newest turn. Shares alone were wrong both
+    ways: with a system message taking half the budget, a share of the whole budget was the
+    whole room, and a share of the room may be less than the two runs a fold ahead must
+    cover."""
     room = max(0, budget - fixed)
     cap = max(0, room - turn)
     want = max(int(FOLD_HEADROOM * room), AHEAD_RUNS * turn)

@@ -12,12 +12,12 @@ every message before the window and none in it.
 
 The fold is planned for the system message the round's run was sent (its prompt, memory and
 retrieved documents: the next ones are expected to be alike). A round records the work once the
-next ``AHEAD_RUNS`` runs, each adding what the newest turn did, would leave less free than
-``domain.summary.fold_budgets`` keeps: the fold is made while the next run runs (it starts the
-instant the answer ends), so it must be ready for the run after that. The fold leaves more
-free than that: two turns more, and ``FOLD_AHEAD_HEADROOM`` of the room. It is not made
-again while a fold made earlier still leaves the runs ahead room. A run that brings more than
-that needs a fold beyond the one made ahead: it folds the rest itself and waits for it
+runs ahead, each adding what the newest turn did, would leave less free than
+``domain.summary.fold_budgets`` keeps: the fold is made while the next runs run (the next one
+starts the instant the answer ends), so it is made for the ``AHEAD_RUNS``-th run from now. The
+fold leaves more free than that: two turns more, and ``FOLD_AHEAD_HEADROOM`` of the room. It is
+not made again while a fold made earlier still leaves the runs ahead room. A run that brings
+more than that needs a fold beyond the one made ahead: it folds the rest itself and waits for it
 (``threadkeeper.summary.folds{fold="in_run"}``).
 """
 
