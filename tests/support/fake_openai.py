@@ -779,6 +779,16 @@ def fake_provider(**options: Any) -> Iterator[FakeProvider]:
         yield provider
 
 
+@contextmanager
+def provider_in_env(monkeypatch: Any) -> Iterator[FakeProvider]:
+    """A started :class:`FakeProvider` that ``openai:`` models reach: ``OPENAI_BASE_URL`` and
+    ``OPENAI_API_KEY`` set through ``monkeypatch`` (pytest's) while it runs."""
+    with FakeProvider() as provider:
+        monkeypatch.setenv("OPENAI_BASE_URL", provider.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        yield provider
+
+
 _CHAT_MODELS = itertools.count(1)
 
 

@@ -19,7 +19,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from tests.support.fake_openai import FakeProvider, fake_chat_model
+from tests.support.fake_openai import FakeProvider, fake_chat_model, provider_in_env
 from threadkeeper.adapters.openai_requests import (
     UntransformedCompletions,
     send_messages_as_given,
@@ -46,9 +46,7 @@ MESSAGES: list[BaseMessage] = [
 
 @pytest.fixture
 def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
-    with FakeProvider() as running:
-        monkeypatch.setenv("OPENAI_BASE_URL", running.url)
-        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    with provider_in_env(monkeypatch) as running:
         yield running
 
 

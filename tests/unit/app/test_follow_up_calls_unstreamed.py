@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from tests.support.fake_openai import FakeProvider, fake_chat_model
+from tests.support.fake_openai import FakeProvider, fake_chat_model, provider_in_env
 from threadkeeper.app.container import summarizer_for, unstreamed
 from threadkeeper.app.memory import ModelExtractor
 from threadkeeper.domain.extraction import RoundText
@@ -23,9 +23,7 @@ from threadkeeper.domain.tokens import CharacterCounter
 
 @pytest.fixture
 def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
-    with FakeProvider() as running:
-        monkeypatch.setenv("OPENAI_BASE_URL", running.url)
-        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    with provider_in_env(monkeypatch) as running:
         yield running
 
 
