@@ -16,6 +16,7 @@ Reproduce the figures in docs/benchmarks.md ("A turn's CPU with a real provider'
     .venv/bin/python benchmarks/turn_cpu.py embedded --turns 60
     .venv/bin/python benchmarks/turn_cpu.py embedded --turns 60 --no-summary
     .venv/bin/python benchmarks/turn_cpu.py embedded --turns 60 --sdk-transform   # before
+    .venv/bin/python benchmarks/turn_cpu.py postgres --turns 60
     uv tool run py-spy record --gil -r 400 -f raw -o docs/benchmarks/profile-turn-cpu.txt -- \\
         .venv/bin/python benchmarks/turn_cpu.py embedded --turns 150
 """
@@ -71,7 +72,11 @@ def answer(body: dict[str, Any]) -> str:
 
 
 async def measure(
-    profile: str, turns: int, summary: bool, sdk_transform: bool = False
+    profile: str,
+    turns: int,
+    summary: bool,
+    sdk_transform: bool = False,
+    postgres_url: str | None = None,
 ) -> tuple[float, float]:
     """(the run's CPU, its follow-up work's CPU) per turn, in ms."""
     with contextlib.ExitStack() as stack:
@@ -80,9 +85,7 @@ async def measure(
         os.environ.update(OPENAI_API_KEY="turn-cpu", OPENAI_BASE_URL=provider.url)
         extra: dict[str, Any] = {}
         if profile == "postgres":
-            from tests.support.postgres import fresh_schema
-
-            extra = {"postgres_url": stack.enter_context(fresh_schema()), "service_token": "t"}
+            extra = {"postgres_url": postgres_url, "service_token": "t"}
         if not summary:
             extra["hooks"] = "truncate_tool_results,trim"
         settings = Settings.of(
@@ -132,9 +135,15 @@ def main() -> None:
         help="the OpenAI SDK's own request transform (before adapters.openai_requests)",
     )
     args = parser.parse_args()
-    run_ms, follow_up_ms = asyncio.run(
-        measure(args.profile, args.turns, not args.no_summary, args.sdk_transform)
-    )
+    with contextlib.ExitStack() as stack:
+        url = None
+        if args.profile == "postgres":  # migrated on its own loop, before this one starts
+            from tests.support.postgres import fresh_schema
+
+            url = stack.enter_context(fresh_schema())
+        run_ms, follow_up_ms = asyncio.run(
+            measure(args.profile, args.turns, not args.no_summary, args.sdk_transform, url)
+        )
     print(
         f"{args.profile}{' (no summary)' if args.no_summary else ''}"
         f"{' (SDK transform)' if args.sdk_transform else ''}: run {run_ms:.1f} ms, "
