@@ -13,7 +13,7 @@ from tests.support.postgres import fresh_schema
 from tests.support.redis_stack import PrivateRedis
 from threadkeeper.adapters.postgres import PROFILE as POSTGRES
 from threadkeeper.adapters.postgres.settings import PostgresSettings
-from threadkeeper.adapters.profile import Backend
+from threadkeeper.adapters.profile import StorageBackend
 from threadkeeper.adapters.redis_mysql import PROFILE as REDIS_MYSQL
 from threadkeeper.adapters.redis_mysql.settings import RedisMysqlSettings
 from threadkeeper.conformance.backend import BackendConformance
@@ -32,7 +32,7 @@ class PostgresOpened:
             yield migrated
 
     @pytest.fixture
-    async def open_backend(self, url: str) -> AsyncIterator[Backend]:
+    async def open_backend(self, url: str) -> AsyncIterator[StorageBackend]:
         async with POSTGRES.open(PostgresSettings(postgres_url=url)) as opened:
             yield opened
 
@@ -77,7 +77,9 @@ class RedisMysqlOpened:
     Redis Stack."""
 
     @pytest.fixture
-    async def open_backend(self, redis_server: PrivateRedis, mysql: str) -> AsyncIterator[Backend]:
+    async def open_backend(
+        self, redis_server: PrivateRedis, mysql: str
+    ) -> AsyncIterator[StorageBackend]:
         client = Redis.from_url(redis_server.url)
         await client.flushall()
         await client.aclose()

@@ -19,7 +19,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from threadkeeper.adapters.ledger import CHANNEL, TABLE, refs_of
 from threadkeeper.adapters.postgres import PROFILE as POSTGRES
 from threadkeeper.adapters.postgres.settings import PostgresSettings
-from threadkeeper.adapters.profile import Backend
+from threadkeeper.adapters.profile import StorageBackend
 from threadkeeper.adapters.serde import checkpoint_serializer
 from threadkeeper.conformance.backend import (
     Turn,
@@ -134,7 +134,7 @@ async def test_a_subgraphs_checkpoints_are_left_to_the_upkeep(url: str) -> None:
     child.add_edge("answer", END)
     ref = new_ref()
     async with POSTGRES.open(PostgresSettings(postgres_url=url)) as opened:
-        backend: Backend = opened
+        backend: StorageBackend = opened
         parent = StateGraph(MessagesState)
         parent.add_node("child", child.compile(checkpointer=True))
         parent.add_edge(START, "child")

@@ -16,7 +16,7 @@ from tests.integration.test_backend_conformance import PostgresOpened, RedisMysq
 from tests.reliability.conftest import FULL, Measure
 from threadkeeper.adapters.embedded import PROFILE as EMBEDDED
 from threadkeeper.adapters.embedded.settings import EmbeddedSettings
-from threadkeeper.adapters.profile import Backend
+from threadkeeper.adapters.profile import StorageBackend
 from threadkeeper.conformance.isolation import IsolationConformance
 from threadkeeper.domain.threads import ThreadScope
 
@@ -37,7 +37,7 @@ class FullSize(IsolationConformance):
 
 class EmbeddedOpened:
     @pytest.fixture
-    async def open_backend(self, tmp_path: Path) -> AsyncIterator[Backend]:
+    async def open_backend(self, tmp_path: Path) -> AsyncIterator[StorageBackend]:
         async with EMBEDDED.open(EmbeddedSettings(data_dir=str(tmp_path / "data"))) as opened:
             yield opened
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from threadkeeper.adapters.profile import Backend
+from threadkeeper.adapters.profile import StorageBackend
 from threadkeeper.app.cli import LogFormatter
 from threadkeeper.app.logs import JsonFormatter
 from threadkeeper.conformance.backend import Turn, store_round
@@ -78,7 +78,7 @@ class Marked:
 
 
 async def failing_statements(
-    backend: Backend, marked: Marked, drop_feedback: Callable[[], None]
+    backend: StorageBackend, marked: Marked, drop_feedback: Callable[[], None]
 ) -> list[BaseException]:
     """Through the profile's own adapters: a round, the user's threads read back (rows), the
     same run stored again (a duplicate key: the driver's message may quote it) and feedback

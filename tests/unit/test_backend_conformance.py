@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from threadkeeper.adapters.profile import Backend
+from threadkeeper.adapters.profile import StorageBackend
 from threadkeeper.conformance.backend import (
     BackendConformance,
     Turn,
@@ -38,7 +38,7 @@ def memory_backend(request: pytest.FixtureRequest) -> InMemoryBackend:
 
 class TestInMemoryBackend(BackendConformance):
     @pytest.fixture
-    def open_backend(self, memory_backend: InMemoryBackend) -> Backend:
+    def open_backend(self, memory_backend: InMemoryBackend) -> StorageBackend:
         return memory_backend
 
 

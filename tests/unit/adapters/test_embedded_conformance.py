@@ -10,7 +10,7 @@ import pytest
 
 from threadkeeper.adapters.embedded import PROFILE, EmbeddedBackend, open_embedded
 from threadkeeper.adapters.embedded.settings import EmbeddedSettings
-from threadkeeper.adapters.profile import Backend
+from threadkeeper.adapters.profile import StorageBackend
 from threadkeeper.conformance.backend import BackendConformance
 from threadkeeper.conformance.followups import FollowUpsConformance, SqlFollowUpsHarness
 from threadkeeper.conformance.isolation import IsolationConformance
@@ -61,7 +61,7 @@ class TestEmbeddedBackend(BackendConformance):
     """The profile as the registry opens it."""
 
     @pytest.fixture
-    async def open_backend(self, tmp_path: Path) -> AsyncIterator[Backend]:
+    async def open_backend(self, tmp_path: Path) -> AsyncIterator[StorageBackend]:
         async with PROFILE.open(EmbeddedSettings(data_dir=str(tmp_path / "data"))) as opened:
             yield opened
 
@@ -130,7 +130,7 @@ class TestEmbeddedIsolation(IsolationConformance):
     each other's data (issue 26)."""
 
     @pytest.fixture
-    async def open_backend(self, tmp_path: Path) -> AsyncIterator[Backend]:
+    async def open_backend(self, tmp_path: Path) -> AsyncIterator[StorageBackend]:
         async with PROFILE.open(EmbeddedSettings(data_dir=str(tmp_path / "data"))) as opened:
             yield opened
 

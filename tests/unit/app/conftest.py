@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from threadkeeper.adapters import profiles
+from tests.support.installed import profile_installed
 from threadkeeper.conformance import in_memory
 
 
 @pytest.fixture
-def memory_profile(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The in-memory profile registered (``docs/writing-a-backend.md``: the registry's one
-    line, here at run time), the registry's caches cleared before and after."""
-    monkeypatch.setitem(profiles.PROFILES, in_memory.NAME, in_memory.PACKAGE)
-    profiles.profile.cache_clear()
-    profiles.profile_settings.cache_clear()
-    yield in_memory.NAME
-    profiles.profile.cache_clear()
-    profiles.profile_settings.cache_clear()
+def memory_profile(tmp_path: Path) -> Iterator[str]:
+    """The in-memory profile registered as ``docs/writing-a-backend.md`` says — an entry
+    point of a distribution installed beside threadkeeper, here from outside the repository —
+    with the registry's caches cleared before and after."""
+    with profile_installed(tmp_path / "site", in_memory.NAME, in_memory.PACKAGE):
+        yield in_memory.NAME

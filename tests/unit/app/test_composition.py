@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from threadkeeper.adapters.profile import Profile
-from threadkeeper.adapters.profiles import PROFILES, UnknownProfile, profile, profile_settings
+from threadkeeper.adapters.profiles import UnknownProfile, names, profile, profile_settings
 from threadkeeper.app.config import ConfigError, Settings
 
 APP = Path(__file__).parents[3] / "packages" / "app" / "src" / "threadkeeper" / "app"
@@ -33,7 +33,7 @@ def test_no_app_module_but_the_composition_root_names_a_profile() -> None:
     assert named == []
 
 
-@pytest.mark.parametrize("name", sorted(PROFILES))
+@pytest.mark.parametrize("name", sorted(names()))
 def test_every_registered_profile_is_a_profile_with_its_own_settings(name: str) -> None:
     found = profile(name)
     assert isinstance(found, Profile)
@@ -52,7 +52,7 @@ def test_an_unknown_profile_is_a_clear_error() -> None:
 
 def test_the_profile_declares_what_the_app_asks_of_it() -> None:
     """Token, history and default hooks come from the profile's settings, not from its name."""
-    for name in PROFILES:
+    for name in names():
         settings = Settings.of(profile=name, service_token="t")
         kind = profile_settings(name)
         assert settings.requires_token is kind.requires_token

@@ -1,6 +1,7 @@
 """``packages/conformance/README.md`` (``docs/writing-a-backend.md``), followed step by step
-with the in-memory profile: it is laid out as the guide says, registered with the registry's
-one line (here at run time: the dict entry and the registry's caches), selected by name, and
+with the in-memory profile: it is laid out as the guide says, registered by an entry point of a
+distribution installed from outside the repository (a ``.dist-info`` on ``sys.path``), selected
+by name, and
 the real application serves the HTTP API on it — a run, the transcript, a deletion — with
 nothing in ``app/`` knowing it."""
 
@@ -9,10 +10,12 @@ from __future__ import annotations
 import importlib
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from litestar.testing import TestClient
 
+from tests.support.installed import profile_installed
 from threadkeeper.adapters import profiles
 from threadkeeper.adapters.profile import Profile
 from threadkeeper.app.application import create_app
@@ -27,19 +30,26 @@ DENTAL = "Is dental treatment covered by my health insurance?"
 
 
 @pytest.fixture
-def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The guide's registry line — ``PROFILES["memory"] = "threadkeeper.conformance.in_memory"``
-    — at run time, with the registry's caches cleared before and after."""
-    monkeypatch.setitem(profiles.PROFILES, "memory", "threadkeeper.conformance.in_memory")
-    profiles.profile.cache_clear()
-    profiles.profile_settings.cache_clear()
-    yield "memory"
-    profiles.profile.cache_clear()
-    profiles.profile_settings.cache_clear()
+def registered(tmp_path: Path) -> Iterator[str]:
+    """The guide's registration — ``memory = "threadkeeper.conformance.in_memory"`` in the
+    ``threadkeeper.profiles`` entry points of a package installed beside threadkeeper — with
+    the registry's caches cleared before and after."""
+    with profile_installed(tmp_path / "site", "memory", in_memory.PACKAGE):
+        yield "memory"
+
+
+def test_the_registry_finds_the_profile_only_once_it_is_installed(tmp_path: Path) -> None:
+    assert "memory" not in profiles.registered()
+    with pytest.raises(profiles.UnknownProfile, match="'memory' is not a profile"):
+        profiles.profile("memory")
+    with profile_installed(tmp_path / "site", "memory", in_memory.PACKAGE):
+        assert {"embedded", "postgres", "redis-mysql"} < set(profiles.registered())
+        assert profiles.registered()["memory"] == in_memory.PACKAGE
+    assert "memory" not in profiles.registered()
 
 
 def test_the_profile_is_laid_out_as_the_guide_says(registered: str) -> None:
-    package = importlib.import_module(profiles.PROFILES[registered])
+    package = importlib.import_module(profiles.registered()[registered])
     assert isinstance(package.PROFILE, Profile)
     assert package.PROFILE.name == registered == in_memory.NAME
     settings = importlib.import_module(f"{package.__name__}.settings").SETTINGS

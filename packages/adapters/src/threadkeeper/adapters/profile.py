@@ -4,7 +4,8 @@ A profile is chosen by name (``THREADKEEPER_PROFILE``) from the registry
 (``adapters.profiles``). It declares its own settings (a frozen msgspec struct whose fields
 are ``THREADKEEPER_<FIELD>`` variables, and which says whether callers need a service token
 and whether its checkpoints are the record), migrates and checks its schema, and opens a
-``Backend``: everything a running service stores through.
+``StorageBackend``: everything a running service stores through (the app's port,
+``threadkeeper.ports.storage.Backend``, plus the saver the adapters' own checks read).
 
 Adding a profile: one new folder ``adapters/<name>/`` whose ``settings`` module defines
 ``SETTINGS`` (the struct) and whose package defines ``PROFILE`` (a ``Profile``), plus one line
@@ -15,187 +16,57 @@ in ``adapters.profiles``. ``threadkeeper.conformance`` holds the suites a new pr
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from threadkeeper.ports.storage import (
+    Backend,
+    ProfileRetention,
+    Reads,
+    Rounds,
+    RoundUnit,
+    Transcript,
+    Upkeep,
+)
+
 if TYPE_CHECKING:  # the registry reads profiles' settings without importing any of this
-    from langchain_core.messages import BaseMessage
     from langgraph.checkpoint.base import BaseCheckpointSaver
-    from langgraph.store.base import BaseStore
 
     from threadkeeper.adapters.atomic import AtomicSaver
     from threadkeeper.adapters.rounds import RoundStore, RoundWork
-    from threadkeeper.domain.followups import FollowUps
-    from threadkeeper.domain.locks import RunFences, ThreadLock
-    from threadkeeper.domain.ratelimit import RateWindows
-    from threadkeeper.domain.retention import ErasureReceipt
-    from threadkeeper.domain.runs import RunRecords
-    from threadkeeper.domain.storage import StorageUsage
-    from threadkeeper.domain.summary import SummariesAhead
-    from threadkeeper.domain.transcript import TranscriptPage
+
+__all__ = [
+    "Backend",
+    "Profile",
+    "ProfileRetention",
+    "Reads",
+    "RoundUnit",
+    "Rounds",
+    "SchemaNotReady",
+    "StorageBackend",
+    "Transcript",
+    "Upkeep",
+    "masked_url",
+]
 
 
-class ProfileRetention(Protocol):
-    """``domain.retention.Retention`` (the sweep uses it) plus deleting one thread, counting
-    before deleting, the user's threads and resetting their memory."""
-
-    async def idle_threads(self, cutoff: Any, *, limit: int) -> list[str]: ...
-
-    async def delete_threads(
-        self, thread_keys: Sequence[str], *, idle_before: Any = None
-    ) -> ErasureReceipt: ...
-
-    async def delete_thread(self, thread_key: str) -> ErasureReceipt: ...
-
-    async def would_delete(self, thread_keys: Sequence[str]) -> ErasureReceipt:
-        """What ``delete_threads(thread_keys)`` would delete, counted as it counts
-        (``retention --dry-run``); deletes nothing."""
-        ...
-
-    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt: ...
-
-    async def remaining(
-        self, tenant_id: str, user_id: str, thread_keys: Sequence[str]
-    ) -> dict[str, int]:
-        """What is stored of the user, per store (the erasure's verification pass)."""
-        ...
-
-    async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:
-        """Keys of every thread the user has in the tenant (erasure, export)."""
-        ...
-
-    async def reset_memory(self, tenant_id: str, user_id: str) -> int:
-        """Delete the user's memory and what their run records hold of it; items deleted."""
-        ...
-
-    async def idle_memory(self, cutoff: Any, *, limit: int) -> list[tuple[str, str]]:
-        """(tenant, user) of users with memory, none of it written since ``cutoff`` and no
-        run of theirs recorded since (the memory sweep)."""
-        ...
-
-
-class Transcript(Protocol):
-    """Where a profile's transcript lives — the checkpoint state itself (ADR-0007), or an
-    archive beside checkpoints that are a cache of the recent context (the blog design)."""
-
-    keeps_history_in_checkpoints: bool
-    """``True``: the checkpoints are the record, so destructive hooks (``compact``) are
-    refused; ``False``: the archive is, and the checkpoints may be compacted."""
-
-    async def page(
-        self, thread_key: str, *, limit: int, before: str | None = None
-    ) -> TranscriptPage:
-        """A page of the transcript (``page_messages``' rule).
-
-        Raises:
-            UnknownThread: no such thread (its key in the message).
-            UnknownMessage: ``before`` is not in it.
-        """
-        ...
-
-    async def seed(self, thread_key: str) -> dict[str, Any] | None:
-        """Before a run: the state to write into a thread whose checkpoints are missing or
-        behind the record (cold start) — ``{"messages": [...], "summary": ...}`` — or
-        ``None`` when the checkpoints are current."""
-        ...
-
-    async def replay_messages(
-        self, thread_key: str, checkpoint_id: str | None, ids: Sequence[str]
-    ) -> dict[str, BaseMessage]:
-        """The messages a stored run's model calls were sent (``ids``), by id, as far as
-        they are kept: from the run's checkpoint, or the newest one where it was pruned,
-        and from the archive what compaction or the TTL removed from the checkpoints
-        (their text, without tool calls)."""
-        ...
-
-    async def message_order(self, thread_key: str) -> list[str]:
-        """The thread's order (``domain.compact.thread_order``: human messages and answers,
-        oldest first) that run records name their windows in — the same positions around a
-        run's human message as its state had when the record was written."""
-        ...
-
-
-class Backend(Protocol):
-    """An opened profile: what the service stores through.
-
-    A run goes through it in this order: ``lock.hold`` (one run per thread; the claim that
-    fences the run's writes), ``round(thread_key, claim)`` around the graph (compiled with
-    ``checkpointer``; ``transcript.seed`` first, inside the round, so a cold start is stored
-    with it), ``RoundWork.store`` once the graph finished (the round whole — archive,
-    checkpoints, run record in the profile's order — then upkeep), the lock released.
-    """
+class StorageBackend(Backend, Protocol):
+    """What a profile's ``open`` yields: the app's port (``threadkeeper.ports.storage.Backend``)
+    plus what only the adapters and their conformance suites reach — the profile's own saver,
+    its round store, and the concrete types of the checkpointer and the round."""
 
     @property
     def saver(self) -> BaseCheckpointSaver[Any]:
-        """The profile's own saver (reads; retention)."""
+        """The profile's own saver (reads; retention; the conformance suites' checks)."""
         ...
 
     @property
-    def checkpointer(self) -> AtomicSaver:
-        """The saver the agent's graph is compiled with: inside a round its writes are
-        staged."""
-        ...
-
-    @property
-    def store(self) -> BaseStore:
-        """Cross-thread memory (langgraph's ``BaseStore``)."""
-        ...
-
-    @property
-    def runs(self) -> RunRecords: ...
-
-    @property
-    def fences(self) -> RunFences: ...
-
-    @property
-    def followups(self) -> FollowUps:
-        """The rounds' follow-up work (``domain.followups``), recorded by ``rounds`` with
-        each round."""
-        ...
-
-    @property
-    def summaries(self) -> SummariesAhead:
-        """Folds of the rolling summary made ahead by follow-up work, for next runs."""
-        ...
-
-    @property
-    def lock(self) -> ThreadLock: ...
+    def checkpointer(self) -> AtomicSaver: ...
 
     @property
     def rounds(self) -> RoundStore: ...
 
-    @property
-    def transcript(self) -> Transcript: ...
-
-    @property
-    def retention(self) -> ProfileRetention: ...
-
-    @property
-    def rate_windows(self) -> RateWindows | None:
-        """Windows every replica shares, where the profile has a server for them."""
-        ...
-
-    def round(self, thread_key: str, claim: str) -> AbstractContextManager[RoundWork]:
-        """One run's round as a unit of work (``adapters.rounds.RoundsOf``)."""
-        ...
-
-    async def health(self) -> dict[str, str]:
-        """Each server's state, ``"ok"`` or an error text, within about a second."""
-        ...
-
-    @property
-    def storage_kinds(self) -> frozenset[str]:
-        """The kinds of ``domain.storage.KINDS`` this profile keeps (the others are always 0
-        in its ``storage_usage``)."""
-        ...
-
-    async def storage_usage(self, thread_key: str) -> StorageUsage:
-        """The bytes the thread keeps, by kind (``domain.storage``), weighed as
-        ``adapters.weigh`` weighs SQL rows (and Redis's ``MEMORY USAGE`` of the thread's
-        keys): reads by the thread's key on indexes, no scan, cheap enough for an operator
-        endpoint. All 0 for a thread that is not stored (or was deleted)."""
-        ...
+    def round(self, thread_key: str, claim: str) -> AbstractContextManager[RoundWork]: ...
 
 
 class Profile(ABC):
@@ -212,7 +83,7 @@ class Profile(ABC):
     @abstractmethod
     def open(
         self, settings: Any, *, exclusive: bool = True
-    ) -> AbstractAsyncContextManager[Backend]:
+    ) -> AbstractAsyncContextManager[StorageBackend]:
         """Open the backend on ``settings`` (the profile's own struct). ``exclusive=False``:
         beside a running server, for commands that only read.
 

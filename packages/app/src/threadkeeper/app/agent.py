@@ -61,7 +61,7 @@ from threadkeeper.domain.transcript import ToolInvocation, arguments_digest
 from threadkeeper.hooks.settings import ThreadState
 
 if TYPE_CHECKING:  # the composition root passes the knowledge base in
-    from threadkeeper.adapters.knowledge import KnowledgeBase
+    from threadkeeper.ports.knowledge import Knowledge
 
 PROMPT_VERSION = "2026-11-29.1"
 SYSTEM_PROMPT = (
@@ -197,7 +197,7 @@ class ThreadContextMiddleware(AgentMiddleware[AgentState]):
 
     state_schema = AgentState
 
-    def __init__(self, knowledge: KnowledgeBase, prompt: str = SYSTEM_PROMPT) -> None:
+    def __init__(self, knowledge: Knowledge, prompt: str = SYSTEM_PROMPT) -> None:
         super().__init__()
         self.knowledge = knowledge
         self.prompt = prompt
@@ -340,7 +340,7 @@ def build_agent(
     *,
     model: BaseChatModel,
     tools: Sequence[BaseTool],
-    knowledge: KnowledgeBase,
+    knowledge: Knowledge,
     history_hooks: Sequence[AgentMiddleware[Any, Any]],
     checkpointer: BaseCheckpointSaver[Any],
     store: BaseStore,

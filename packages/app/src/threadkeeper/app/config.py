@@ -19,9 +19,11 @@ from threadkeeper.adapters.profiles import (
     DEFAULT as DEFAULT_PROFILE,
 )
 from threadkeeper.adapters.profiles import (
-    PROFILES,
     UnknownProfile,
     profile_settings,
+)
+from threadkeeper.adapters.profiles import (
+    names as profile_names,
 )
 
 PREFIX = "THREADKEEPER_"
@@ -111,7 +113,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             kind = profile_settings(self.profile)
         except UnknownProfile:
             raise ConfigError(
-                f"{PREFIX}PROFILE must be one of {', '.join(PROFILES)}, not {self.profile!r}"
+                f"{PREFIX}PROFILE must be one of {', '.join(profile_names())}, not {self.profile!r}"
             ) from None
         if self.storage is None:
             msgspec.structs.force_setattr(self, "storage", kind())
@@ -182,7 +184,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             profile_settings(profile)
         except UnknownProfile:
             raise ConfigError(
-                f"{PREFIX}PROFILE must be one of {', '.join(PROFILES)}, not {profile!r}"
+                f"{PREFIX}PROFILE must be one of {', '.join(profile_names())}, not {profile!r}"
             ) from None
         given = {k: values.pop(k) for k in list(values) if k in ALL_STORAGE_FIELDS}
         try:
@@ -192,7 +194,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                     profile_settings(name),
                     strict=False,
                 )
-                for name in PROFILES
+                for name in profile_names()
             }
             unused = tuple(v for name, v in structs.items() if name != profile)
             common = msgspec.convert({**values, "storage": None}, cls, strict=False)
@@ -243,7 +245,7 @@ def fields(profile: str) -> tuple[str, ...]:
 
 
 ALL_STORAGE_FIELDS = sorted(
-    {field for name in PROFILES for field in profile_settings(name).__struct_fields__}
+    {field for name in profile_names() for field in profile_settings(name).__struct_fields__}
 )
 _FIELDS = {name: f"{PREFIX}{name.upper()}" for name in [*COMMON, *ALL_STORAGE_FIELDS]}
 _STRUCTURED = {"service_tokens"}

@@ -158,27 +158,32 @@ def problem_spec(exc: DomainError) -> ProblemSpec | None:
     return next((PROBLEMS[cls] for cls in type(exc).__mro__ if cls in PROBLEMS), None)
 
 
-_UNREACHABLE = {
-    # module: the exception classes of it that mean "the server cannot be reached"; a
-    # driver that is not installed (its profile's extra left out) is skipped
-    "redis.exceptions": ("ConnectionError", "TimeoutError"),
-    "sqlalchemy.exc": ("OperationalError", "InterfaceError", "TimeoutError"),
-    "psycopg": ("OperationalError",),
-    "psycopg_pool": ("PoolTimeout",),
-}
-
-
 @cache
 def _unreachable() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "a store cannot be reached": the builtins', and those each
+    registered profile's settings name (``unreachable``: its drivers' knowledge stays with the
+    profile; ``ports.storage.PROFILE_ENTRY_POINTS``). A driver that is not installed (its
+    profile's extra left out) is skipped."""
     import importlib
+    from importlib.metadata import entry_points
+
+    from threadkeeper.ports.storage import PROFILE_ENTRY_POINTS
 
     found: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    for module_name, names in _UNREACHABLE.items():
+    for entry in entry_points(group=PROFILE_ENTRY_POINTS):
         try:
-            module = importlib.import_module(module_name)
+            settings = importlib.import_module(f"{entry.module}.settings").SETTINGS
         except ImportError:
             continue
-        found.extend(getattr(module, name) for name in names)
+        for spec in getattr(settings, "unreachable", ()):
+            module_name, _, name = spec.partition(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue
+            cls = getattr(module, name, None)
+            if isinstance(cls, type) and issubclass(cls, BaseException) and cls not in found:
+                found.append(cls)
     return tuple(found)
 
 

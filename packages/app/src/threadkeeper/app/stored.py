@@ -32,7 +32,7 @@ from threadkeeper.domain.transcript import TranscriptMessage, TranscriptPage
 if TYPE_CHECKING:  # wired with a backend, never importing one
     from langgraph.store.base import BaseStore, SearchItem
 
-    from threadkeeper.adapters.profile import Backend
+    from threadkeeper.ports.storage import Backend
 
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""``Backend`` conformance: an opened storage profile, driven the way the run service drives it.
+"""``StorageBackend`` conformance: an opened storage profile, driven as the run service drives it.
 
 A run holds its thread (``backend.lock.hold`` → the claim), opens the round
 (``backend.round(key, claim)``), writes its checkpoints through ``backend.checkpointer`` (staged
@@ -56,7 +56,7 @@ from threadkeeper.domain.threads import ThreadRef
 from threadkeeper.domain.transcript import Round, ToolInvocation, to_transcript
 
 if TYPE_CHECKING:
-    from threadkeeper.adapters.profile import Backend
+    from threadkeeper.adapters.profile import StorageBackend
 
 DAY = timedelta(days=1)
 
@@ -159,7 +159,7 @@ def thread_config(ref: ThreadRef) -> RunnableConfig:
 
 
 async def stage(
-    backend: Backend,
+    backend: StorageBackend,
     ref: ThreadRef,
     turn: Turn | None,
     *,
@@ -212,7 +212,7 @@ class Stored:
 
 
 async def store_round(
-    backend: Backend,
+    backend: StorageBackend,
     ref: ThreadRef,
     turn: Turn,
     *,
@@ -244,7 +244,7 @@ async def store_round(
     return Stored(msgspec.structs.replace(record, checkpoint_id=head), head, turn, work.written)
 
 
-async def head_of(backend: Backend, ref: ThreadRef) -> str | None:
+async def head_of(backend: StorageBackend, ref: ThreadRef) -> str | None:
     """The id of the thread's newest checkpoint in the profile's own saver."""
     found = await backend.saver.aget_tuple(
         {"configurable": {"thread_id": ref.key, "checkpoint_ns": ""}}
@@ -252,7 +252,9 @@ async def head_of(backend: Backend, ref: ThreadRef) -> str | None:
     return None if found is None else str(found.config["configurable"]["checkpoint_id"])
 
 
-async def transcript_of(backend: Backend, ref: ThreadRef) -> list[tuple[str, str, str]] | None:
+async def transcript_of(
+    backend: StorageBackend, ref: ThreadRef
+) -> list[tuple[str, str, str]] | None:
     """(id, role, content) of the thread's whole transcript; ``None``: no such thread."""
     try:
         page = await backend.transcript.page(ref.key, limit=100)
@@ -265,7 +267,7 @@ def expected(*turns: Turn) -> list[tuple[str, str, str]]:
     return [(str(m.id), m.role, m.content) for t in turns for m in to_transcript(t.messages)]
 
 
-async def seed_memory(backend: Backend, ref: ThreadRef, items: int) -> None:
+async def seed_memory(backend: StorageBackend, ref: ThreadRef, items: int) -> None:
     for index in range(items):
         kind = MemoryKind.FACTS if index % 2 else MemoryKind.PROFILE
         await backend.store.aput(
@@ -275,7 +277,7 @@ async def seed_memory(backend: Backend, ref: ThreadRef, items: int) -> None:
         )
 
 
-async def memory_items(backend: Backend, tenant_id: str, user_id: str) -> int:
+async def memory_items(backend: StorageBackend, tenant_id: str, user_id: str) -> int:
     total = 0
     for kind in MemoryKind:
         total += len(
@@ -284,7 +286,7 @@ async def memory_items(backend: Backend, tenant_id: str, user_id: str) -> int:
     return total
 
 
-async def give_feedback(backend: Backend, stored: Stored) -> None:
+async def give_feedback(backend: StorageBackend, stored: Stored) -> None:
     record = stored.record
     await backend.runs.add_feedback(
         Feedback(
@@ -300,7 +302,7 @@ async def give_feedback(backend: Backend, stored: Stored) -> None:
 
 
 async def abandon_round(
-    backend: Backend, ref: ThreadRef, run_id: str, failure: BaseException
+    backend: StorageBackend, ref: ThreadRef, run_id: str, failure: BaseException
 ) -> None:
     """A run that stages a round and then fails (or is cancelled) before storing it."""
     async with backend.lock.hold(ref.key, run_id, tenant_id=ref.tenant_id) as claim:
@@ -328,14 +330,14 @@ async def until(condition: Any, *, seconds: float = 10.0) -> None:
 
 
 class BackendConformance:
-    """Subclass and provide ``open_backend`` (a fixture yielding an opened ``Backend`` on
+    """Subclass and provide ``open_backend`` (a fixture yielding an opened ``StorageBackend`` on
     empty storage)."""
 
     @pytest.fixture
-    def backend(self, open_backend: Backend) -> Backend:
+    def backend(self, open_backend: StorageBackend) -> StorageBackend:
         return open_backend
 
-    async def assert_nothing_of(self, backend: Backend, ref: ThreadRef, run_id: str) -> None:
+    async def assert_nothing_of(self, backend: StorageBackend, ref: ThreadRef, run_id: str) -> None:
         """Nothing of the thread is stored: no checkpoint, no run record, no transcript."""
         assert await head_of(backend, ref) is None, "a checkpoint was stored"
         assert await backend.runs.get(ref.key, run_id) is None, "a run record was stored"
@@ -344,7 +346,7 @@ class BackendConformance:
 
     # --- a round is atomic ------------------------------------------------------------------
 
-    async def test_a_stored_round_is_stored_whole(self, backend: Backend) -> None:
+    async def test_a_stored_round_is_stored_whole(self, backend: StorageBackend) -> None:
         ref = new_ref()
         turn = Turn.make(0)
         stored = await store_round(backend, ref, turn)
@@ -359,7 +361,7 @@ class BackendConformance:
         assert await transcript_of(backend, ref) == expected(turn)
         assert await backend.transcript.seed(ref.key) is None, "the checkpoints are current"
 
-    async def test_rounds_follow_one_another(self, backend: Backend) -> None:
+    async def test_rounds_follow_one_another(self, backend: StorageBackend) -> None:
         ref = new_ref()
         turns = [Turn.make(i) for i in range(3)]
         heads = [(await store_round(backend, ref, turn)).head for turn in turns]
@@ -367,7 +369,9 @@ class BackendConformance:
         assert await head_of(backend, ref) == heads[-1]
         assert await transcript_of(backend, ref) == expected(*turns)
 
-    async def test_nothing_is_visible_before_the_round_is_stored(self, backend: Backend) -> None:
+    async def test_nothing_is_visible_before_the_round_is_stored(
+        self, backend: StorageBackend
+    ) -> None:
         ref = new_ref()
         turn = Turn.make(0)
         run_id = str(uuid.uuid4())
@@ -380,7 +384,7 @@ class BackendConformance:
                 await work.store(record_of(ref, turn, run_id), round_of(ref, turn, run_id))
         assert await transcript_of(backend, ref) == expected(turn)
 
-    async def test_a_round_left_unstored_stores_nothing(self, backend: Backend) -> None:
+    async def test_a_round_left_unstored_stores_nothing(self, backend: StorageBackend) -> None:
         """A run that fails (or is cancelled) inside its round leaves the thread as it was."""
         ref = new_ref()
         first = await store_round(backend, ref, Turn.make(0))
@@ -395,7 +399,9 @@ class BackendConformance:
             await abandon_round(backend, fresh, other_run, asyncio.CancelledError())
         await self.assert_nothing_of(backend, fresh, other_run)
 
-    async def test_a_round_whose_claim_was_replaced_stores_nothing(self, backend: Backend) -> None:
+    async def test_a_round_whose_claim_was_replaced_stores_nothing(
+        self, backend: StorageBackend
+    ) -> None:
         """The run lost its lock (a flushed lock store, a dead session) and another run
         claimed the thread: the first run's round is refused whole."""
         ref = new_ref()
@@ -413,7 +419,9 @@ class BackendConformance:
         assert await backend.runs.get(ref.key, run_id) is None
         assert await transcript_of(backend, ref) == expected(first.turn)
 
-    async def test_a_round_whose_claim_was_revoked_stores_nothing(self, backend: Backend) -> None:
+    async def test_a_round_whose_claim_was_revoked_stores_nothing(
+        self, backend: StorageBackend
+    ) -> None:
         ref = new_ref()
         turn, run_id = Turn.make(0), str(uuid.uuid4())
         async with backend.lock.hold(
@@ -426,7 +434,7 @@ class BackendConformance:
                     await work.store(record_of(ref, turn, run_id), round_of(ref, turn, run_id))
         await self.assert_nothing_of(backend, ref, run_id)
 
-    async def test_a_round_the_store_refuses_stores_nothing(self, backend: Backend) -> None:
+    async def test_a_round_the_store_refuses_stores_nothing(self, backend: StorageBackend) -> None:
         """A store that fails part-way (here: the run record's key is taken, as by a run that
         stored the same ``run_id`` meanwhile) leaves nothing of the round: no checkpoint of
         it, the earlier record untouched, no archive row."""
@@ -448,7 +456,9 @@ class BackendConformance:
         nxt = await store_round(backend, ref, Turn.make(2))  # the thread goes on
         assert await transcript_of(backend, ref) == expected(first.turn, nxt.turn)
 
-    async def test_a_graph_run_inside_a_round_is_stored_whole(self, backend: Backend) -> None:
+    async def test_a_graph_run_inside_a_round_is_stored_whole(
+        self, backend: StorageBackend
+    ) -> None:
         """A LangGraph graph compiled with ``backend.checkpointer``, run inside the round as
         the agent is (``durability="exit"``): its checkpoints and writes are the round."""
         ref = new_ref()
@@ -498,7 +508,7 @@ class BackendConformance:
         assert len(await transcript_of(backend, ref) or []) == 4
 
     async def test_a_round_reads_the_threads_checkpoint_from_the_store_once(
-        self, backend: Backend, monkeypatch: pytest.MonkeyPatch
+        self, backend: StorageBackend, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """The seed's look at the thread (is the checkpoint behind the archive?) and the graph's
         own read are one read of the store: the thread is the round's until it is stored, so
@@ -535,7 +545,7 @@ class BackendConformance:
     # --- the run record belongs to the round --------------------------------------------------
 
     async def test_each_record_names_its_rounds_checkpoint_and_replay_finds_its_messages(
-        self, backend: Backend
+        self, backend: StorageBackend
     ) -> None:
         ref = new_ref()
         stored = [await store_round(backend, ref, Turn.make(i)) for i in range(2)]
@@ -550,13 +560,13 @@ class BackendConformance:
     # --- cold start ---------------------------------------------------------------------------
 
     @pytest.fixture
-    def archived(self, backend: Backend) -> Backend:
+    def archived(self, backend: StorageBackend) -> StorageBackend:
         if backend.transcript.keeps_history_in_checkpoints:
             pytest.skip("the checkpoints are the transcript: there is no archive to start from")
         return backend
 
     async def test_a_thread_without_checkpoints_starts_from_the_archive(
-        self, archived: Backend
+        self, archived: StorageBackend
     ) -> None:
         backend, ref = archived, new_ref()
         first = await store_round(backend, ref, Turn.make(0))
@@ -586,7 +596,7 @@ class BackendConformance:
         assert await transcript_of(backend, ref) == expected(first.turn, second.turn, third.turn)
 
     async def test_a_checkpoint_behind_the_archive_is_dropped_and_the_thread_seeded(
-        self, archived: Backend
+        self, archived: StorageBackend
     ) -> None:
         """A round archived while its checkpoints could not be written (the cache did not
         answer): the thread's checkpoint lacks the newest answer. ``seed`` notices, drops the
@@ -606,7 +616,7 @@ class BackendConformance:
         assert await head_of(backend, ref) is None, "the stale checkpoint is dropped"
 
     async def test_seed_is_nothing_while_the_checkpoints_are_current(
-        self, backend: Backend
+        self, backend: StorageBackend
     ) -> None:
         ref = new_ref()
         assert await backend.transcript.seed(ref.key) is None, "an unknown thread"
@@ -616,7 +626,9 @@ class BackendConformance:
 
     # --- deleting a thread ------------------------------------------------------------------
 
-    async def test_deleting_a_thread_deletes_everything_of_it(self, backend: Backend) -> None:
+    async def test_deleting_a_thread_deletes_everything_of_it(
+        self, backend: StorageBackend
+    ) -> None:
         ref = new_ref()
         kept = ThreadRef(ref.tenant_id, ref.user_id, "t-kept")
         rounds = [await store_round(backend, ref, Turn.make(i)) for i in range(2)]
@@ -634,7 +646,7 @@ class BackendConformance:
         assert await backend.runs.feedback_count(kept.key) == 1
         assert await backend.retention.delete_thread(ref.key) == ErasureReceipt()
 
-    async def test_a_deleted_thread_starts_again_empty(self, backend: Backend) -> None:
+    async def test_a_deleted_thread_starts_again_empty(self, backend: StorageBackend) -> None:
         ref = new_ref()
         await store_round(backend, ref, Turn.make(0))
         await backend.retention.delete_thread(ref.key)
@@ -643,7 +655,7 @@ class BackendConformance:
         assert await head_of(backend, ref) == again.head
 
     async def test_a_deletion_waits_for_the_run_in_flight_then_deletes_its_round(
-        self, backend: Backend
+        self, backend: StorageBackend
     ) -> None:
         ref = new_ref()
         turn, run_id = Turn.make(0), str(uuid.uuid4())
@@ -663,7 +675,7 @@ class BackendConformance:
     # --- erasing a user ---------------------------------------------------------------------
 
     async def test_erasing_a_user_deletes_all_of_theirs_and_nothing_else(
-        self, backend: Backend
+        self, backend: StorageBackend
     ) -> None:
         user = f"u{uuid.uuid4().hex[:8]}"
         mine = [new_ref("acme", user), new_ref("acme", user)]
@@ -700,7 +712,7 @@ class BackendConformance:
         assert (await backend.retention.erase_user("acme", user)).counts() == ErasureReceipt()
 
     async def test_erasure_revokes_a_run_in_flight_which_then_stores_nothing(
-        self, backend: Backend
+        self, backend: StorageBackend
     ) -> None:
         """The user's claims are revoked first: a run in flight on a thread nothing names yet
         is refused when it stores, and its thread deleted once the run let go of it."""
@@ -731,7 +743,7 @@ class BackendConformance:
         assert await transcript_of(backend, flying) == expected(again.turn)
 
     async def test_a_run_starting_during_its_users_erasure_stores_nothing(
-        self, backend: Backend, monkeypatch: pytest.MonkeyPatch
+        self, backend: StorageBackend, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A run that takes a thread after the erasure revoked the user's claims — here,
         while the erasure looks for the user's threads — is fenced: it stores nothing, and
@@ -768,7 +780,7 @@ class BackendConformance:
         assert await backend.runs.get(during.key, after.record.run_id) is not None
 
     async def test_the_memory_of_users_idle_past_the_window_is_swept(
-        self, backend: Backend
+        self, backend: StorageBackend
     ) -> None:
         """``THREADKEEPER_RETENTION_MEMORY``: the memory of a user with no memory written and
         no run since the cutoff is deleted; a user who ran since keeps theirs (issue 26)."""
@@ -790,7 +802,7 @@ class BackendConformance:
         assert await backend.retention.idle_memory(now() - window, limit=10) == []
 
     async def test_resetting_memory_forgets_it_in_the_store_and_the_run_records(
-        self, backend: Backend
+        self, backend: StorageBackend
     ) -> None:
         ref, other = new_ref(), new_ref()
         prompt = f"You answer.\n\n{MEMORY_OPEN}\nprofile.household: married\n{MEMORY_CLOSE}"
@@ -811,7 +823,9 @@ class BackendConformance:
 
     # --- retention --------------------------------------------------------------------------
 
-    async def test_idle_threads_by_their_newest_round_oldest_first(self, backend: Backend) -> None:
+    async def test_idle_threads_by_their_newest_round_oldest_first(
+        self, backend: StorageBackend
+    ) -> None:
         start = now()
         old, older, fresh = new_ref(), new_ref(), new_ref()
         await store_round(backend, older, Turn.make(0, start - 300 * DAY))
@@ -824,7 +838,9 @@ class BackendConformance:
         assert await backend.retention.idle_threads(cutoff, limit=1) == [older.key]
         assert await backend.retention.idle_threads(start - 400 * DAY, limit=10) == []
 
-    async def test_would_delete_counts_what_delete_threads_deletes(self, backend: Backend) -> None:
+    async def test_would_delete_counts_what_delete_threads_deletes(
+        self, backend: StorageBackend
+    ) -> None:
         start = now()
         old, older, fresh = new_ref(), new_ref(), new_ref()
         first = await store_round(backend, older, Turn.make(0, start - 300 * DAY))
@@ -844,7 +860,7 @@ class BackendConformance:
         assert await transcript_of(backend, fresh) is not None
 
     async def test_a_thread_active_again_since_it_was_listed_is_kept(
-        self, backend: Backend
+        self, backend: StorageBackend
     ) -> None:
         start = now()
         idle, revived = new_ref(), new_ref()
@@ -859,7 +875,9 @@ class BackendConformance:
         assert await transcript_of(backend, idle) is None
         assert await transcript_of(backend, revived) == expected(old.turn, new.turn)
 
-    async def test_a_sweep_deletes_the_idle_threads_in_batches(self, backend: Backend) -> None:
+    async def test_a_sweep_deletes_the_idle_threads_in_batches(
+        self, backend: StorageBackend
+    ) -> None:
         start = now()
         idle = [new_ref() for _ in range(3)]
         for age, ref in enumerate(idle):
@@ -875,7 +893,7 @@ class BackendConformance:
     # --- storage per thread -------------------------------------------------------------
 
     async def test_storage_usage_counts_every_kind_kept_and_grows_with_rounds(
-        self, backend: Backend
+        self, backend: StorageBackend
     ) -> None:
         ref, other = new_ref(), new_ref()
         kept = backend.storage_kinds
@@ -903,7 +921,7 @@ class BackendConformance:
         assert (await backend.storage_usage(other.key)).total == 0, "another thread's"
 
     async def test_storage_usage_is_nothing_once_the_thread_is_deleted_or_erased(
-        self, backend: Backend
+        self, backend: StorageBackend
     ) -> None:
         ref, erased, kept = new_ref(), new_ref(), new_ref()
         for thread in (ref, erased, kept):
@@ -922,7 +940,9 @@ class BackendConformance:
         assert (await backend.storage_usage(ref.key)).total > 0
         assert again.head is not None
 
-    async def test_a_stored_round_says_the_bytes_it_wrote_by_kind(self, backend: Backend) -> None:
+    async def test_a_stored_round_says_the_bytes_it_wrote_by_kind(
+        self, backend: StorageBackend
+    ) -> None:
         ref = new_ref()
         turn = Turn.make(0)
         first = await store_round(backend, ref, turn, tools=tool_calls(turn))
@@ -936,7 +956,9 @@ class BackendConformance:
         assert second.written.get("run_records", 0) > 0
         assert second.written.get("checkpoints", 0) > 0
 
-    async def test_a_round_left_unstored_says_it_wrote_nothing(self, backend: Backend) -> None:
+    async def test_a_round_left_unstored_says_it_wrote_nothing(
+        self, backend: StorageBackend
+    ) -> None:
         ref = new_ref()
         turn, run_id = Turn.make(0), str(uuid.uuid4())
         async with backend.lock.hold(
@@ -951,7 +973,7 @@ class BackendConformance:
 
     # --- health -----------------------------------------------------------------------------
 
-    async def test_health_answers_ok_for_every_server(self, backend: Backend) -> None:
+    async def test_health_answers_ok_for_every_server(self, backend: StorageBackend) -> None:
         health = await asyncio.wait_for(backend.health(), timeout=5)
         assert health
         assert set(health.values()) == {"ok"}, health

@@ -48,7 +48,7 @@ from threadkeeper.domain.threads import (
 from threadkeeper.domain.transcript import to_transcript
 
 if TYPE_CHECKING:
-    from threadkeeper.adapters.profile import Backend
+    from threadkeeper.adapters.profile import StorageBackend
 
 Role = Literal["tenant", "user", "thread"]
 Action = Literal["reset_memory", "erase_user", "delete_thread", "retention"]
@@ -127,7 +127,7 @@ def _refs(role: Role, pair: tuple[str, str], scope: ThreadScope) -> tuple[Thread
     return refs[0], refs[1]
 
 
-async def _memory(backend: Backend, ref: ThreadRef) -> list[tuple[str, str, str]]:
+async def _memory(backend: StorageBackend, ref: ThreadRef) -> list[tuple[str, str, str]]:
     """The user's memory as the service reads it (both kinds in one ``abatch``) and as
     ``asearch`` reads it: (namespace, key, value) of every item; the two must agree."""
     kinds = list(MemoryKind)
@@ -149,7 +149,7 @@ async def _memory(backend: Backend, ref: ThreadRef) -> list[tuple[str, str, str]
     return batched
 
 
-async def _side(backend: Backend, ref: ThreadRef) -> Side:
+async def _side(backend: StorageBackend, ref: ThreadRef) -> Side:
     stored = await store_round(backend, ref, Turn.make(1))
     await give_feedback(backend, stored)
     mark = uuid.uuid4().hex
@@ -173,7 +173,7 @@ class Seen:
     stored_bytes: int
 
 
-async def _seen(backend: Backend, side: Side, *, own_thread: bool = False) -> Seen:
+async def _seen(backend: StorageBackend, side: Side, *, own_thread: bool = False) -> Seen:
     """What reads of ``side`` return; ``own_thread``: of the user's feedback and threads,
     only those of ``side``'s thread (the other side is the same user's other thread)."""
     ref = side.ref
@@ -213,7 +213,7 @@ def _assert_only_its_own(seen: Seen, side: Side, shares_user: bool) -> None:
     assert seen.stored_bytes > 0
 
 
-async def _act(backend: Backend, action: Action, side: Side) -> None:
+async def _act(backend: StorageBackend, action: Action, side: Side) -> None:
     ref = side.ref
     retention = backend.retention
     if action == "reset_memory":
@@ -227,12 +227,12 @@ async def _act(backend: Backend, action: Action, side: Side) -> None:
 
 
 class IsolationConformance:
-    """Subclass and provide ``open_backend`` (an opened ``Backend`` on empty storage)."""
+    """Subclass and provide ``open_backend`` (an opened ``StorageBackend`` on empty storage)."""
 
     scope: ThreadScope = ThreadScope.USER
 
     @pytest.fixture
-    def backend(self, open_backend: Backend) -> Backend:
+    def backend(self, open_backend: StorageBackend) -> StorageBackend:
         return open_backend
 
     @pytest.fixture
@@ -240,7 +240,7 @@ class IsolationConformance:
         return 10
 
     async def check_pair(
-        self, backend: Backend, role: Role, pair: tuple[str, str], action: Action
+        self, backend: StorageBackend, role: Role, pair: tuple[str, str], action: Action
     ) -> None:
         """The property for one pair: reads see only their own; ``action`` on the first side
         answers in time and leaves the second whole."""
@@ -272,7 +272,7 @@ class IsolationConformance:
                 assert gone.threads == set()
 
     async def test_erasing_a_user_deletes_the_shared_threads_they_took_part_in_whole(
-        self, backend: Backend
+        self, backend: StorageBackend
     ) -> None:
         """Scope ``global`` (a thread is the tenant's): erasing bob deletes the thread he and
         carol both wrote in, whole, and carol's own thread ``bob:notes`` not at all
@@ -313,14 +313,14 @@ class IsolationConformance:
         ],
     )
     async def test_the_pairs_seen_crossing(
-        self, backend: Backend, role: Role, pair: tuple[str, str], action: Action
+        self, backend: StorageBackend, role: Role, pair: tuple[str, str], action: Action
     ) -> None:
         """The pairs the security review saw crossing (issue 26), each way round."""
         await self.check_pair(backend, role, pair, action)
         await self.check_pair(backend, role, (pair[1], pair[0]), action)
 
     async def test_no_read_or_deletion_of_an_id_reaches_its_sibling(
-        self, backend: Backend, isolation_examples: int
+        self, backend: StorageBackend, isolation_examples: int
     ) -> None:
         loop = asyncio.get_running_loop()
 

@@ -2,7 +2,7 @@
 with counts; a user's erasure removes all of theirs and nothing of anyone else's.
 
 The suite seeds through a ``RetentionHarness``; ``CheckpointRetentionHarness`` is one for any
-opened ``Backend`` whose transcript is its checkpoints (it writes checkpoints, run records,
+opened ``StorageBackend`` whose transcript is its checkpoints (it writes checkpoints, run records,
 feedback and memory items straight into the backend's stores).
 """
 
@@ -23,7 +23,7 @@ from threadkeeper.domain.runs import Feedback
 from threadkeeper.domain.threads import ThreadRef
 
 if TYPE_CHECKING:
-    from threadkeeper.adapters.profile import Backend
+    from threadkeeper.adapters.profile import StorageBackend
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -48,7 +48,7 @@ class CheckpointRetentionHarness:
     """Seeds real checkpoints, run records, feedback and store items into a backend whose
     transcript is its checkpoints (embedded, postgres, the in-memory backend)."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: StorageBackend) -> None:
         self.backend = backend
         self.retention: Any = backend.retention
 

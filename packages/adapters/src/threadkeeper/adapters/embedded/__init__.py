@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from threadkeeper.adapters.embedded.settings import EmbeddedSettings
-from threadkeeper.adapters.profile import Backend, Profile
+from threadkeeper.adapters.profile import Profile, StorageBackend
 
 if TYPE_CHECKING:
     from threadkeeper.adapters.embedded.backend import (
@@ -32,7 +32,7 @@ class EmbeddedProfile(Profile):
     @asynccontextmanager
     async def open(
         self, settings: EmbeddedSettings, *, exclusive: bool = True
-    ) -> AsyncIterator[Backend]:
+    ) -> AsyncIterator[StorageBackend]:
         from threadkeeper.adapters.embedded.backend import open_embedded
 
         async with open_embedded(settings.data_dir, exclusive=exclusive) as backend:

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from threadkeeper.adapters.postgres.settings import PostgresSettings
-from threadkeeper.adapters.profile import Backend, Profile, SchemaNotReady, masked_url
+from threadkeeper.adapters.profile import Profile, SchemaNotReady, StorageBackend, masked_url
 
 if TYPE_CHECKING:
     from threadkeeper.adapters.postgres.backend import (
@@ -54,7 +54,7 @@ class PostgresProfile(Profile):
     @asynccontextmanager
     async def open(
         self, settings: PostgresSettings, *, exclusive: bool = True
-    ) -> AsyncIterator[Backend]:
+    ) -> AsyncIterator[StorageBackend]:
         from threadkeeper.adapters.postgres.backend import open_postgres
 
         async with open_postgres(

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from threadkeeper.adapters.profile import Backend, Profile, SchemaNotReady, masked_url
+from threadkeeper.adapters.profile import Profile, SchemaNotReady, StorageBackend, masked_url
 from threadkeeper.adapters.redis_mysql.settings import RedisMysqlSettings
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class RedisMysqlProfile(Profile):
     @asynccontextmanager
     async def open(
         self, settings: RedisMysqlSettings, *, exclusive: bool = True
-    ) -> AsyncIterator[Backend]:
+    ) -> AsyncIterator[StorageBackend]:
         from threadkeeper.adapters.redis_mysql.backend import open_redis_mysql
 
         async with open_redis_mysql(

@@ -14,6 +14,15 @@ class RedisMysqlSettings(msgspec.Struct, frozen=True, kw_only=True):
     requires_token: ClassVar[bool] = True
     history_in_checkpoints: ClassVar[bool] = False
     """The MySQL archive is the record: the checkpoints may be compacted."""
+    unreachable: ClassVar[tuple[str, ...]] = (
+        "sqlalchemy.exc:OperationalError",
+        "sqlalchemy.exc:InterfaceError",
+        "sqlalchemy.exc:TimeoutError",
+        "redis.exceptions:ConnectionError",
+        "redis.exceptions:TimeoutError",
+    )
+    """The exceptions (``module:Class``) of its drivers that mean "the store cannot be
+    reached" (503 ``unavailable``); a module that is not installed is skipped."""
 
     redis_url: str = "redis://127.0.0.1:6380/0"
     mysql_url: str = "mysql+asyncmy://root@127.0.0.1:3306/test"

@@ -7,7 +7,7 @@ which yields the claim that fences the round's writes), tells the service whethe
 admitted (``Started.admission``: admitted, refused — busy, a duplicate message — or a retry
 of a run that completed meanwhile), runs and stores the round, and leaves the ``async with``
 — the lock is entered and left by this one task, never released by another. The order is the
-backend's contract (``adapters.profile.Backend``): within the run's round, the transcript's
+backend's contract (``ports.storage.Backend``): within the run's round, the transcript's
 seed (a cold start is stored with the round), the graph streamed into the run's queue under
 the run's deadline, the outcome read from the final state, the round stored
 (``RoundWork.store``: archive, checkpoints, run record and the round's follow-up work in the
@@ -73,7 +73,7 @@ from threadkeeper.domain.threads import ThreadRef, log_name
 from threadkeeper.domain.tokens import TokenCounter, message_text
 
 if TYPE_CHECKING:  # the app is wired with a backend; it never imports one
-    from threadkeeper.adapters.profile import Backend
+    from threadkeeper.ports.storage import Backend
 
 log = logging.getLogger("threadkeeper.app.runs")
 

@@ -33,7 +33,7 @@ from threadkeeper.domain.memory import (
 from threadkeeper.domain.tokens import message_text
 
 if TYPE_CHECKING:  # the app is wired with a backend; it never imports one
-    from threadkeeper.adapters.profile import Backend
+    from threadkeeper.ports.storage import Backend
 
 log = logging.getLogger("threadkeeper.app.runs")
 

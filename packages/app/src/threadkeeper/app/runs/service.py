@@ -57,7 +57,7 @@ from threadkeeper.domain.tokens import REPLY_PRIMING, TokenCounter
 from threadkeeper.domain.transcript import TranscriptPage
 
 if TYPE_CHECKING:  # the composition root passes the backend in
-    from threadkeeper.adapters.profile import Backend
+    from threadkeeper.ports.storage import Backend
 
 RUN_TIMEOUT_SECONDS = 120.0
 SHUTDOWN_GRACE_SECONDS = 20.0

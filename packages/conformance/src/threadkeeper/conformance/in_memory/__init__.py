@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from threadkeeper.adapters.profile import Backend, Profile
+from threadkeeper.adapters.profile import Profile, StorageBackend
 from threadkeeper.conformance.in_memory.settings import MemorySettings
 
 if TYPE_CHECKING:
@@ -41,9 +41,9 @@ __all__ = [
 ]
 
 NAME = "memory"
-"""The profile's name in the registry (``adapters.profiles.PROFILES``)."""
+"""The profile's name in the registry (its ``threadkeeper.profiles`` entry point)."""
 PACKAGE = __name__
-"""What the registry names for it: ``PROFILES[NAME] = PACKAGE``."""
+"""What its entry point names: ``NAME = PACKAGE`` (group ``threadkeeper.profiles``)."""
 
 
 class MemoryProfile(Profile):
@@ -54,7 +54,7 @@ class MemoryProfile(Profile):
     @asynccontextmanager
     async def open(
         self, settings: MemorySettings, *, exclusive: bool = True
-    ) -> AsyncIterator[Backend]:
+    ) -> AsyncIterator[StorageBackend]:
         from threadkeeper.conformance.in_memory.backend import InMemoryBackend
 
         yield InMemoryBackend(archive=settings.memory_archive)

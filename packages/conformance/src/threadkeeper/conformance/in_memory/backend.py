@@ -1,5 +1,5 @@
 """The in-memory backend: langgraph's ``InMemorySaver`` and ``InMemoryStore`` with the domain's
-fakes, behind the same ``adapters.profile.Backend`` contract as the real profiles.
+fakes, behind the same ``adapters.profile.StorageBackend`` contract as the real profiles.
 
 What a database's transaction gives the real profiles, one ``asyncio.Lock`` gives here
 (``InMemoryBackend.transaction``): a round is stored under it — the claim checked, the round
@@ -52,7 +52,7 @@ from threadkeeper.domain.summary import InMemorySummariesAhead
 from threadkeeper.domain.transcript import InMemoryTranscriptArchive, Round, to_transcript
 
 if TYPE_CHECKING:
-    from threadkeeper.adapters.profile import Backend, ProfileRetention
+    from threadkeeper.adapters.profile import ProfileRetention, StorageBackend
     from threadkeeper.domain.transcript import ToolInvocation
 
 __all__ = [
@@ -441,5 +441,5 @@ class InMemoryBackend(RoundsOf):
 
 if TYPE_CHECKING:  # mypy checks that the backend and its retention are what profiles offer
 
-    def _conforms(backend: InMemoryBackend) -> tuple[Backend, ProfileRetention]:
+    def _conforms(backend: InMemoryBackend) -> tuple[StorageBackend, ProfileRetention]:
         return backend, backend.retention
