@@ -205,7 +205,7 @@ def area_of(frames: list[str]) -> str:
     names one (the builtin model's ``domain/text.py`` is the builtin model's)."""
     ours = False
     for frame in reversed(frames):
-        if "(app/cli.py:" in frame:  # serve's frame is under every stack, the event loop's too
+        if "(app/cli/" in frame:  # serve's frame is under every stack, the event loop's too
             continue
         mine = "(app/" in frame or "(domain/" in frame
         for name, needles in AREAS:
@@ -218,7 +218,7 @@ def area_of(frames: list[str]) -> str:
 def ours_of(frames: list[str]) -> str | None:
     for frame in reversed(frames):
         match = re.match(r"(.*?) \((.*?):\d+\)", frame)
-        if match and match.group(2).startswith(OURS) and match.group(2) != "app/cli.py":
+        if match and match.group(2).startswith(OURS) and not match.group(2).startswith("app/cli/"):
             return f"{match.group(2)} {match.group(1)}"
     return None
 

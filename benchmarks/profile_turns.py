@@ -206,7 +206,7 @@ async def campaign(args: argparse.Namespace, url: str, pid: int, py_spy: str) ->
         ((rows["long"].get(k, 0) - rows["short"].get(k, 0), k) for k in rows["long"]),
         reverse=True,
     )
-    skip = ("asyncio/", "<frozen runpy>", "app/cli.py", "threading.py", "<string>")
+    skip = ("asyncio/", "<frozen runpy>", "app/cli/", "threading.py", "<string>")
     return [
         f"# Late turns against early ones: {args.profile}",
         "",

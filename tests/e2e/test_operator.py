@@ -26,7 +26,7 @@ QUESTION = "Is dental treatment covered by my health insurance?"
 LOG_LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: "
 )
-"""``threadkeeper serve``'s one log format (``threadkeeper.app.cli.LOG_FORMAT``)."""
+"""``threadkeeper serve``'s one log format (``threadkeeper.app.cli.logs.LOG_FORMAT``)."""
 
 
 def clean_environment(**env: str) -> dict[str, str]:

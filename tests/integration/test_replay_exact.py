@@ -30,7 +30,7 @@ from tests.support.postgres import fresh_schema
 from tests.support.scripted_model import ScriptedChatModel
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.adapters.sql import run_records, run_texts
-from threadkeeper.app import cli
+from threadkeeper.app.cli import replay as cli_replay
 from threadkeeper.app.config import Settings
 from threadkeeper.app.container import build_service
 from threadkeeper.app.service import Caller, RunMessage, RunRequest
@@ -122,7 +122,7 @@ def tool_call(turn: int) -> AIMessage:
 
 def rendered(record: Any, by_id: dict[str, Any]) -> list[dict[str, Any]]:
     """The CLI's replay of a run: one JSON object per model call."""
-    return [json.loads(line) for line in list(cli._replay_lines(record, by_id))[1:]]
+    return [json.loads(line) for line in list(cli_replay._replay_lines(record, by_id))[1:]]
 
 
 def received(call: list[BaseMessage]) -> list[tuple[str, str | None, str]]:

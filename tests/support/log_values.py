@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 from threadkeeper.adapters.profile import StorageBackend
-from threadkeeper.app.cli import LogFormatter
+from threadkeeper.app.cli.logs import LogFormatter
 from threadkeeper.app.logs import JsonFormatter
 from threadkeeper.conformance.backend import Turn, store_round
 from threadkeeper.domain.runs import Feedback

@@ -1,6 +1,6 @@
-"""``threadkeeper chat``'s prompt off a terminal (``cli.PromptReader``): lines as written, the end
-of the input, and a Ctrl-C that arrives the moment the prompt is out still quits (with
-``input()`` the client hung in ``read()`` until the next line)."""
+"""``threadkeeper chat``'s prompt off a terminal (``cli.chat.PromptReader``): lines as
+written, the end of the input, and a Ctrl-C that arrives the moment the prompt is out still
+quits (with ``input()`` the client hung in ``read()`` until the next line)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import IO
 
 import pytest
 
-from threadkeeper.app.cli import PromptReader
+from threadkeeper.app.cli.chat import PromptReader
 
 
 @pytest.fixture

@@ -233,7 +233,7 @@ def test_retention_refuses_a_bad_duration(
 def test_doctor_says_what_follow_up_work_is_pending() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from threadkeeper.app.cli import followup_line
+    from threadkeeper.app.cli.operator import followup_line
     from threadkeeper.domain.followups import FollowUpCounts
 
     now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)

@@ -20,6 +20,9 @@ from litestar.testing import TestClient
 
 from tests.support.fake_service import FakeThreadService
 from threadkeeper.app import cli
+from threadkeeper.app.cli import chat as cli_chat
+from threadkeeper.app.cli import common as cli_common
+from threadkeeper.app.cli import logs as cli_logs
 from threadkeeper.app.config import (
     ConfigError,
     Settings,
@@ -110,7 +113,7 @@ def test_serve_logs_in_one_format_with_credentials_masked_and_libraries_quiet(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings = Settings.of(postgres_url="postgresql://u:log-secret@pg/tk")
-    with cli.serve_logging("info", settings):
+    with cli_logs.serve_logging("info", settings):
         logging.getLogger("bm25s").setLevel(logging.DEBUG)  # as bm25s does on import
         logging.getLogger("bm25s").debug("Building index from IDs objects")
         logging.getLogger("httpx").info('HTTP Request: POST http://x/v1 "HTTP/1.1 200 OK"')
@@ -131,10 +134,12 @@ def test_serve_logs_in_one_format_with_credentials_masked_and_libraries_quiet(
         ["ERROR", "threadkeeper.app.runs: a run failed"],
         ["WARNING", "httpx: a library's warning"],
     ]
-    with cli.serve_logging("debug", settings):
+    with cli_logs.serve_logging("debug", settings):
         logging.getLogger("bm25s").debug("Building index from IDs objects")
     assert "bm25s: Building index" in capsys.readouterr().err, "--log-level debug shows them"
-    assert not any(isinstance(h.formatter, cli.LogFormatter) for h in logging.getLogger().handlers)
+    assert not any(
+        isinstance(h.formatter, cli_logs.LogFormatter) for h in logging.getLogger().handlers
+    )
 
 
 # -- one line, exit status 2 ---------------------------------------------------------------
@@ -182,8 +187,8 @@ def test_a_tokenizer_json_that_does_not_load_is_one_line(
 
 
 def test_the_clis_id_rules_are_the_domains() -> None:
-    assert f"^{cli.TENANT_OR_USER}$" == TENANT_OR_USER_ID.pattern
-    assert f"^{cli.THREAD}$" == THREAD_ID.pattern
+    assert f"^{cli_common.TENANT_OR_USER}$" == TENANT_OR_USER_ID.pattern
+    assert f"^{cli_common.THREAD}$" == THREAD_ID.pattern
 
 
 @pytest.mark.parametrize("command", ["replay", "chat"])
@@ -337,28 +342,28 @@ def test_chat_refuses_a_thread_id_no_url_can_carry(
 def test_chat_says_which_variable_to_set_on_a_401(monkeypatch: pytest.MonkeyPatch) -> None:
     args = cli.parser().parse_args(["chat"])
     monkeypatch.delenv("THREADKEEPER_SERVICE_TOKEN", raising=False)
-    message, fatal = cli._refusal(401, {"detail": "No token"}, args)
+    message, fatal = cli_chat._refusal(401, {"detail": "No token"}, args)
     assert fatal
     assert "set THREADKEEPER_SERVICE_TOKEN" in message
     monkeypatch.setenv("THREADKEEPER_SERVICE_TOKEN", "wrong")
-    message, fatal = cli._refusal(401, {"detail": "Unknown token"}, args)
+    message, fatal = cli_chat._refusal(401, {"detail": "Unknown token"}, args)
     assert "refused the token in THREADKEEPER_SERVICE_TOKEN" in message
 
 
 def test_chat_shows_the_offending_field_of_a_422() -> None:
     args = cli.parser().parse_args(["chat", "--tenant", "a b"])
     header = {"message": "Expected `str` matching regex", "key": "X-Tenant-Id", "source": "header"}
-    message, fatal = cli._refusal(422, {"errors": [header]}, args)
+    message, fatal = cli_chat._refusal(422, {"errors": [header]}, args)
     assert message.startswith("[422] X-Tenant-Id (header, set by --tenant): Expected")
     assert fatal, "every message would be refused the same way"
     blank = {"message": "content must not be blank", "key": "message.content", "source": "body"}
-    message, fatal = cli._refusal(422, {"errors": [blank]}, args)
+    message, fatal = cli_chat._refusal(422, {"errors": [blank]}, args)
     assert message == "[422] message.content (body): content must not be blank"
     assert not fatal
 
 
 def test_the_stderr_stream_follows_sys_stderr() -> None:
-    stream = cli._Stderr()
+    stream = cli_logs._Stderr()
     replaced = io.StringIO()
     original, sys.stderr = sys.stderr, replaced
     try:
@@ -373,7 +378,7 @@ def test_a_log_message_cannot_forge_a_line_of_its_own() -> None:
     holding a line break must not start a line that reads like the service's (issue 26)."""
     import logging
 
-    from threadkeeper.app.cli import LogFormatter
+    from threadkeeper.app.cli.logs import LogFormatter
 
     planted = "evil\n2026-12-06 00:00:00,000 ERROR threadkeeper: forged\u2028x\r"
     record = logging.LogRecord(

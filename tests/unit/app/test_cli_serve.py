@@ -10,6 +10,7 @@ import pytest
 
 from threadkeeper.adapters.embedded import DataDirLock
 from threadkeeper.app import cli
+from threadkeeper.app.cli import serve as cli_serve
 
 
 def free_port() -> int:
@@ -97,7 +98,7 @@ async def test_connections_to_the_server_socket_send_without_delay() -> None:
     connection waited ~40 ms for the client's delayed ACK."""
     import asyncio
 
-    listening = cli._listen("127.0.0.1", 0)
+    listening = cli_serve._listen("127.0.0.1", 0)
     listening.listen()
     seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
@@ -121,7 +122,7 @@ def test_what_start_up_built_is_left_out_of_full_collections() -> None:
     """A full collection walked every object start-up made (~150 ms, every few hundred runs)."""
     import gc
 
-    from threadkeeper.app.cli import settle_heap
+    from threadkeeper.app.cli.serve import settle_heap
 
     built = [{"start-up": i} for i in range(50_000)]  # what a service's start-up leaves behind
     try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from threadkeeper.app.cli import _storage
+from threadkeeper.app.cli.common import _storage
 from threadkeeper.app.config import Settings
 
 

@@ -10,7 +10,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from threadkeeper.app import cli
+from threadkeeper.app.cli import logs as cli_logs
 from threadkeeper.app.config import ConfigError, Settings, load_settings
 
 SECRET = "zq7-secret-content-4411"
@@ -21,7 +21,7 @@ def test_json_lines_carry_the_trace_and_never_an_exceptions_text(
 ) -> None:
     settings = Settings.of(log_format="json", postgres_url="postgresql://u:log-secret@pg/tk")
     tracer = TracerProvider().get_tracer("test")
-    with cli.serve_logging("info", settings):
+    with cli_logs.serve_logging("info", settings):
         logging.getLogger("uvicorn.error").info("Started server process [1]")
         with tracer.start_as_current_span("invoke_agent threadkeeper") as span:
             try:  # a driver's message quoting a value, or a model's quoting content
@@ -53,7 +53,7 @@ def test_json_lines_carry_the_trace_and_never_an_exceptions_text(
 
 def test_text_lines_stay_as_they_were(capsys: pytest.CaptureFixture[str]) -> None:
     with (
-        cli.serve_logging("info", Settings.of()),
+        cli_logs.serve_logging("info", Settings.of()),
         TracerProvider().get_tracer("test").start_as_current_span("s"),
     ):
         logging.getLogger("threadkeeper").info("hello")

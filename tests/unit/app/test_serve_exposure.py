@@ -13,6 +13,7 @@ import pytest
 import uvicorn
 
 from threadkeeper.app import cli
+from threadkeeper.app.cli import serve as cli_serve
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +34,7 @@ def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         served.append(sockets)  # bound by serve, never listened on
 
     monkeypatch.setattr(uvicorn.Server, "serve", no_serving)
-    monkeypatch.setattr(cli, "settle_heap", lambda: 0)
+    monkeypatch.setattr(cli_serve, "settle_heap", lambda: 0)
 
 
 def serve(capsys: pytest.CaptureFixture[str], host: str) -> str:
@@ -83,4 +84,6 @@ def test_which_addresses_are_beyond_loopback(host: str, warned: bool) -> None:
     from threadkeeper.app.config import Settings
 
     settings = Settings.of(profile="embedded")
-    assert (cli.unguarded_warning(settings, host, f"http://{host}:8000") is not None) is warned
+    assert (
+        cli_serve.unguarded_warning(settings, host, f"http://{host}:8000") is not None
+    ) is warned

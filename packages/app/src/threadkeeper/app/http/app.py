@@ -177,5 +177,5 @@ def create_http_app(service: ThreadService, settings: HttpSettings) -> Litestar:
 
     The app does not configure logging (Litestar's default would install its own handler and
     format on the root logger): the process does — ``threadkeeper serve`` sends every logger
-    through one handler in one format (``threadkeeper.app.cli.serve_logging``)."""
+    through one handler in one format (``threadkeeper.app.cli.logs.serve_logging``)."""
     return Litestar(plugins=[ThreadkeeperHttpPlugin(service, settings)], logging_config=None)
