@@ -54,7 +54,7 @@ AREAS = (  # the first that matches a frame, innermost frame first
     # py-spy names a frame by its path below the nearest directory without an __init__.py, so
     # LangGraph's namespace packages appear as pregel/…, channels/…, sqlite/aio.py (the
     # checkpointer and store), serde/…, base/… — not under langgraph/
-    ("builtin model", ("app/builtin_model.py",)),
+    ("builtin model", ("adapters/builtin_model.py",)),
     ("token counting", ("domain/tokens.py", "domain/estimate.py", "tiktoken")),
     (
         "history hooks (trim, summary, truncation)",

@@ -59,8 +59,7 @@ def _install() -> None:
     looked up at call time, so patching them reaches their callers)."""
     from langgraph.channels import binop
 
-    from threadkeeper.adapters import serde
-    from threadkeeper.app import builtin_model
+    from threadkeeper.adapters import builtin_model, serde
     from threadkeeper.app.runs import outcome
     from threadkeeper.domain import history
 

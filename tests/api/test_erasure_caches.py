@@ -118,11 +118,11 @@ BOUNDS = [
 
 def caches() -> dict[str, list[Any]]:
     """Every cache of this process that a run can fill with a user's text, by name."""
-    from threadkeeper.adapters import sql
+    from threadkeeper.adapters import builtin_model, sql
     from threadkeeper.adapters.knowledge import tokenizer
     from threadkeeper.adapters.ledger import MessageLedger
     from threadkeeper.adapters.serde import MessageMemo
-    from threadkeeper.app import builtin_model, state
+    from threadkeeper.app import state
     from threadkeeper.domain.history import TurnIndexes
     from threadkeeper.domain.tokens import TokenCounter
 

@@ -82,7 +82,7 @@ def test_messages_move_to_the_extra_body_unless_it_names_them() -> None:
 
 
 def test_a_model_without_an_openai_client_is_left_alone() -> None:
-    from threadkeeper.app.builtin_model import BuiltinChatModel
+    from threadkeeper.adapters.builtin_model import BuiltinChatModel
 
     model = BuiltinChatModel()
     assert send_messages_as_given(model) is model

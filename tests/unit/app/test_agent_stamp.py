@@ -10,9 +10,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
+from threadkeeper.adapters.builtin_model import BuiltinChatModel
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.app.agent import build_agent
-from threadkeeper.app.builtin_model import BuiltinChatModel
 
 
 def _agent() -> Any:

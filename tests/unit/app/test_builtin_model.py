@@ -30,7 +30,7 @@ from langchain_core.outputs import LLMResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from threadkeeper.app.builtin_model import (
+from threadkeeper.adapters.builtin_model import (
     ANSWER_MAX_CHARS,
     FETCH_FAQ_DOCUMENT,
     BuiltinChatModel,

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
+from threadkeeper.adapters.builtin_model import BuiltinChatModel, DocumentChunk
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.app.agent import RETRIEVE_K, SYSTEM_PROMPT
-from threadkeeper.app.builtin_model import BuiltinChatModel, DocumentChunk
 from threadkeeper.domain.escalation import METADATA_KEY
 from threadkeeper.domain.prompt import render_system
 

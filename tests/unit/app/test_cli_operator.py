@@ -209,7 +209,7 @@ HEAVY = (
     "langchain.agents",
     "threadkeeper.app.agent",
     "threadkeeper.app.container",
-    "threadkeeper.app.builtin_model",
+    "threadkeeper.adapters.builtin_model",
     "threadkeeper.app.runs",
     "threadkeeper.hooks",
     "uvicorn",

@@ -27,9 +27,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.semconv.metrics import MetricInstruments
 from prometheus_client import CollectorRegistry, generate_latest
 
+from threadkeeper.adapters.builtin_model import ReplyStatus
 from threadkeeper.app import metrics
 from threadkeeper.app.application import create_app
-from threadkeeper.app.builtin_model import ReplyStatus
 from threadkeeper.app.config import Settings
 from threadkeeper.app.telemetry import telemetry_resource
 

@@ -18,10 +18,10 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from tests.support.scripted_model import ScriptedChatModel
+from threadkeeper.adapters.builtin_model import BuiltinChatModel
 from threadkeeper.adapters.embedded import open_embedded
 from threadkeeper.adapters.knowledge import KnowledgeBase
 from threadkeeper.app.agent import stamp_for
-from threadkeeper.app.builtin_model import BuiltinChatModel
 from threadkeeper.app.config import Settings
 from threadkeeper.app.container import build_service
 from threadkeeper.app.runs import RunService

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.unit.app.test_run_service import CALLER, request, service_with, thread
-from threadkeeper.app.builtin_model import BuiltinChatModel
+from threadkeeper.adapters.builtin_model import BuiltinChatModel
 from threadkeeper.conformance.in_memory import InMemoryBackend
 from threadkeeper.domain.followups import MEMORY
 

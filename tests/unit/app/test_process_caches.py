@@ -16,9 +16,9 @@ from pydantic import Field
 from tests.support.heap import holding
 from tests.support.scripted_model import ScriptedChatModel
 from tests.unit.app.test_builtin_model import SYSTEM_WITH_DOCS, ask
-from threadkeeper.adapters import atomic
+from threadkeeper.adapters import atomic, builtin_model
 from threadkeeper.adapters.knowledge import KnowledgeBase
-from threadkeeper.app import builtin_model, state
+from threadkeeper.app import state
 from threadkeeper.app.agent import current_trace
 from threadkeeper.app.config import Settings
 from threadkeeper.app.container import build_service

@@ -18,8 +18,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import PrivateAttr
 
 from tests.support.scripted_model import ScriptedChatModel
+from threadkeeper.adapters.builtin_model import BuiltinChatModel
 from threadkeeper.adapters.knowledge import KnowledgeBase
-from threadkeeper.app.builtin_model import BuiltinChatModel
 from threadkeeper.app.config import Settings
 from threadkeeper.app.container import build_service
 from threadkeeper.app.runs import CompletedRun, LiveRun, RunService

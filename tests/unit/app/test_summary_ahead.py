@@ -14,7 +14,7 @@ from langchain_core.messages import BaseMessage
 
 from tests.support import metrics
 from tests.unit.app.test_run_service import CALLER, request, service_with
-from threadkeeper.app.builtin_model import BuiltinChatModel
+from threadkeeper.adapters.builtin_model import BuiltinChatModel
 from threadkeeper.app.runs import RunService
 from threadkeeper.conformance.in_memory import InMemoryBackend
 from threadkeeper.domain.followups import SUMMARY

@@ -186,7 +186,8 @@ def domain_rules() -> dict[str, Rule]:
 
 def app_rules() -> dict[str, Rule]:
     """The app's text rules: the builtin model's and the model extractor's reply parsing."""
-    from threadkeeper.app import builtin_model, memory
+    from threadkeeper.adapters import builtin_model
+    from threadkeeper.app import memory
     from threadkeeper.domain.memory import Provenance
 
     source = Provenance("t", "m", AT)

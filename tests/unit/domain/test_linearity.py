@@ -73,7 +73,7 @@ def test_a_long_run_of_other_characters_streams_in_linear_time() -> None:
     """The builtin model's Chinese streaming grew one token a character at a time, copying the
     token for every character (1.5 s of CPU for a 512 KiB run; its replies are short, so this
     is its own, larger input)."""
-    from threadkeeper.app.builtin_model import stream_tokens
+    from threadkeeper.adapters.builtin_model import stream_tokens
 
     run = "a" * (512 * 1024)
     assert cpu_seconds(lambda text: stream_tokens(text, "zh"), run) < 0.5

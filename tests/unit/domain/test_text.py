@@ -16,8 +16,8 @@ from itertools import pairwise
 import pytest
 from langchain_core.messages import HumanMessage
 
+from threadkeeper.adapters.builtin_model import estimate_input_tokens, stream_tokens
 from threadkeeper.adapters.knowledge import tokenizer
-from threadkeeper.app.builtin_model import estimate_input_tokens, stream_tokens
 from threadkeeper.domain import escalation, extraction
 from threadkeeper.domain.text import (
     ARABIC_LETTER_CLASS,

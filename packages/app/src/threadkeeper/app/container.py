@@ -13,10 +13,10 @@ from typing import Any
 from dependency_injector import containers, providers
 from langchain_core.language_models import BaseChatModel
 
+from threadkeeper.adapters.builtin_model import BuiltinChatModel
 from threadkeeper.adapters.knowledge import KnowledgeBase, fetch_faq_document_tool
 from threadkeeper.adapters.profile import Backend
 from threadkeeper.app.agent import SYSTEM_PROMPT, build_agent, observe_event, observe_window
-from threadkeeper.app.builtin_model import BuiltinChatModel
 from threadkeeper.app.config import ConfigError, Settings
 from threadkeeper.app.counters import counter_from_name
 from threadkeeper.app.followups import WorkerSettings
