@@ -79,6 +79,20 @@ class Profile(ABC):
     and ``history_in_checkpoints`` class variables)."""
     schema_server: ClassVar[str | None] = None
     """The server that holds the schema ``migrate`` creates (``None``: set up at start)."""
+    reaches: ClassVar[tuple[str, ...]] = ()
+    """The distributions whose internals the profile uses (``adapters.compat.TESTED`` names
+    the versions each was tested at): ``check_libraries`` refuses any other version."""
+
+    def check_libraries(self) -> None:
+        """Before opening: refuse a library this profile ``reaches`` at an untested version.
+
+        Raises:
+            UntestedLibrary: one line per library, naming the version found and the range
+                tested.
+        """
+        from threadkeeper.adapters.compat import require_tested
+
+        require_tested(self.name, self.reaches)
 
     @abstractmethod
     def open(

@@ -19,13 +19,21 @@ from threadkeeper.domain.threads import ThreadScope
 
 async def backend_resource(settings: Settings, *, exclusive: bool = True) -> AsyncIterator[Backend]:
     """The profile's backend, opened for as long as the generator runs (a ``Resource``). A
-    schema that is missing or behind is a configuration error (``threadkeeper migrate``).
+    schema that is missing or behind is a configuration error (``threadkeeper migrate``), and
+    so is a library whose internals the profile uses at a version it was not tested with
+    (``adapters.compat``).
     ``exclusive=False``: beside a running server (commands that only read)."""
+    from threadkeeper.adapters.compat import UntestedLibrary
     from threadkeeper.app.instrumentation import instrument_backend, instrument_storage
 
+    chosen = profile(settings.profile)
+    try:
+        chosen.check_libraries()  # an untested LangGraph saver: refused before any connection
+    except UntestedLibrary as exc:
+        raise ConfigError(str(exc)) from exc
     instrument_storage()  # database spans when tracing is on (before any connection opens)
     try:
-        async with profile(settings.profile).open(settings.storage, exclusive=exclusive) as backend:
+        async with chosen.open(settings.storage, exclusive=exclusive) as backend:
             instrument_backend(backend)
             yield backend
     except SchemaNotReady as exc:

@@ -28,6 +28,7 @@ __all__ = ["PROFILE", "DataDirBusy", "EmbeddedBackend", "SqliteRoundStore", "ope
 
 class EmbeddedProfile(Profile):
     name = "embedded"
+    reaches = ("langgraph-checkpoint", "langgraph-checkpoint-sqlite", "aiosqlite")
 
     @asynccontextmanager
     async def open(

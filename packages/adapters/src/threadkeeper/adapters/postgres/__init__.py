@@ -49,6 +49,7 @@ __all__ = [
 
 class PostgresProfile(Profile):
     name = "postgres"
+    reaches = ("langgraph-checkpoint", "langgraph-checkpoint-postgres")
     schema_server = "PostgreSQL"
 
     @asynccontextmanager

@@ -44,6 +44,7 @@ __all__ = [
 
 class RedisMysqlProfile(Profile):
     name = "redis-mysql"
+    reaches = ("langgraph-checkpoint", "langgraph-checkpoint-redis", "langgraph-checkpoint-mysql")
     schema_server = "MySQL"
 
     @asynccontextmanager
