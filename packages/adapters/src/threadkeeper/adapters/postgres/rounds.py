@@ -17,14 +17,14 @@ from typing import Any, cast
 from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor
-from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from threadkeeper.adapters.atomic import StagedPut
 from threadkeeper.adapters.ledger import CHANNEL, refs_of
 from threadkeeper.adapters.postgres.ledger import PostgresLedger
-from threadkeeper.adapters.rounds import RoundStore, RoundWrite, resolve_in_doubt
-from threadkeeper.adapters.sql import check_claim, insert_record, record_followups, run_records
+from threadkeeper.adapters.rounds import RoundWrite
+from threadkeeper.adapters.sql_rounds import SqlRoundStore
 from threadkeeper.adapters.weigh import TABLE_KINDS
 from threadkeeper.adapters.written import count_statement
 
@@ -101,7 +101,7 @@ _SESSION = "threadkeeper.session"
 """The key of a pooled connection's server session in its ``info``."""
 
 
-class PostgresRoundStore(RoundStore):
+class PostgresRoundStore(SqlRoundStore):
     def __init__(
         self,
         engine: AsyncEngine,
@@ -116,53 +116,49 @@ class PostgresRoundStore(RoundStore):
         """Threads a round stored a subgraph's checkpoint for: ``after_commit`` prunes them
         with LangGraph's ``aprune`` (``_PRUNE`` keeps the root namespace's head only)."""
 
-    async def commit(self, write: RoundWrite) -> str | None:
+    async def session(self, conn: AsyncConnection) -> tuple[int, Any]:
+        return await self._session(conn)
+
+    async def write_round(
+        self, conn: AsyncConnection, write: RoundWrite
+    ) -> tuple[list[Callable[[], None]], bool]:
+        """The staged checkpoints through the ledger (new message rows, then each checkpoint
+        with refs) on the transaction's own connection, then the prune; (the ledger cache's
+        updates to apply once committed, whether message rows were collected)."""
         applied: list[Callable[[], None]] = []
         collect = False
-        async with self.engine.connect() as conn:
-            try:
-                await check_claim(conn, write.thread_key, write.claim)
-                raw: Any = (await conn.get_raw_connection()).driver_connection
-                session = await self._session(conn)
-                saver = AsyncPostgresSaver(raw, serde=self.ledger.serde)
-                head: Checkpoint | None = None
-                with counted(raw, self._cursor):
-                    for op in write.staging.log:
-                        if isinstance(op, StagedPut):
-                            stored = await self.ledger.refs_in(
-                                raw, op.config, op.checkpoint, op.new_versions
-                            )
-                            await saver.aput(
-                                op.config, stored.checkpoint, op.metadata, op.new_versions
-                            )
-                            applied.append(stored.apply)
-                            collect = collect or stored.replaced
-                            if op.config["configurable"].get("checkpoint_ns"):
-                                self.nested.add(write.thread_key)
-                            else:
-                                head = stored.checkpoint
-                        else:
-                            await saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
-                    if head is not None:
-                        collect = await self._prune(raw, write.thread_key, head, collect)
-                await insert_record(conn, write.stored_record())
-                await record_followups(conn, write.record, write.followups)
-            except BaseException:
-                self.ledger.discard(write.thread_key)
-                with contextlib.suppress(Exception):
-                    await conn.rollback()
-                raise
-            try:
-                await conn.commit()
-            except Exception as failure:
-                self.ledger.discard(write.thread_key)
-                await resolve_in_doubt(
-                    failure,
-                    end_session=lambda: self._end_session(session),
-                    stored=lambda: self._stored(write),
-                    what=f"run {write.record.run_id}",
-                )
-                return write.checkpoint_id()  # it did commit; the cache reads it back
+        raw: Any = (await conn.get_raw_connection()).driver_connection
+        saver = AsyncPostgresSaver(raw, serde=self.ledger.serde)
+        head: Checkpoint | None = None
+        with counted(raw, self._cursor):
+            for op in write.staging.log:
+                if isinstance(op, StagedPut):
+                    stored = await self.ledger.refs_in(
+                        raw, op.config, op.checkpoint, op.new_versions
+                    )
+                    await saver.aput(op.config, stored.checkpoint, op.metadata, op.new_versions)
+                    applied.append(stored.apply)
+                    collect = collect or stored.replaced
+                    if op.config["configurable"].get("checkpoint_ns"):
+                        self.nested.add(write.thread_key)
+                    else:
+                        head = stored.checkpoint
+                else:
+                    await saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
+            if head is not None:
+                collect = await self._prune(raw, write.thread_key, head, collect)
+        return applied, collect
+
+    def abandon(self, write: RoundWrite) -> None:
+        self.ledger.discard(write.thread_key)
+
+    def head_in_doubt(self, write: RoundWrite) -> str | None:
+        return write.checkpoint_id()  # it did commit; the cache reads it back
+
+    async def committed(
+        self, write: RoundWrite, written: tuple[list[Callable[[], None]], bool]
+    ) -> str | None:
+        applied, collect = written
         for apply in applied:
             apply()
         if collect:
@@ -217,7 +213,7 @@ class PostgresRoundStore(RoundStore):
             session = info[_SESSION] = (int(row[0]), row[1])
         return cast("tuple[int, Any]", session)
 
-    async def _end_session(self, session: tuple[int, Any]) -> None:
+    async def end_session(self, session: tuple[int, Any]) -> None:
         """End the broken transaction's session on the server (so that a COMMIT still in
         flight can never land), and wait until it is gone."""
         pid, started = session
@@ -229,13 +225,3 @@ class PostgresRoundStore(RoundStore):
                 ),
                 {"pid": pid, "started": started},
             )
-
-    async def _stored(self, write: RoundWrite) -> bool:
-        async with self.engine.connect() as conn:
-            found = await conn.execute(
-                select(run_records.c.run_id).where(
-                    run_records.c.thread_key == write.thread_key,
-                    run_records.c.run_id == write.record.run_id,
-                )
-            )
-            return found.first() is not None

@@ -15,14 +15,14 @@ import contextlib
 import logging
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from threadkeeper.adapters.atomic import StagedPut
 from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
 from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
-from threadkeeper.adapters.rounds import RoundStore, RoundWrite, resolve_in_doubt
-from threadkeeper.adapters.sql import check_claim, insert_record, record_followups, run_records
+from threadkeeper.adapters.rounds import RoundWrite
+from threadkeeper.adapters.sql_rounds import SqlRoundStore
 from threadkeeper.adapters.timeouts import answer_within
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ async def session_id(conn: AsyncConnection) -> int:
     return int((await conn.execute(text("SELECT CONNECTION_ID()"))).scalar_one())
 
 
-class ArchiveRoundStore(RoundStore):
+class ArchiveRoundStore(SqlRoundStore):
     def __init__(
         self,
         engine: AsyncEngine,
@@ -54,32 +54,23 @@ class ArchiveRoundStore(RoundStore):
         self.redis_seconds = redis_seconds
         """How long the checkpoints' write (and, failing it, their drop) may take."""
 
-    async def commit(self, write: RoundWrite) -> str | None:
+    def check(self, write: RoundWrite) -> None:
         if not write.round.ai.content.strip():
             raise RuntimeError("the round has no answer text to archive")
-        async with self.engine.connect() as conn:
-            try:
-                await check_claim(conn, write.thread_key, write.claim)
-                session = await session_id(conn)
-                await self.archive.append_in(conn, write.round, write.tools)
-                await insert_record(conn, write.stored_record())
-                await record_followups(conn, write.record, write.followups)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await conn.rollback()
-                raise
-            try:
-                await conn.commit()
-            except Exception as failure:
-                # stored or not, Redis is not written: if it was stored, the thread's next run
-                # finds its checkpoint behind the archive and starts cold from it
-                await resolve_in_doubt(
-                    failure,
-                    end_session=lambda: self._end_session(int(session)),
-                    stored=lambda: self._stored(write),
-                    what=f"run {write.record.run_id}",
-                )
-                return None
+
+    async def session(self, conn: AsyncConnection) -> int:
+        return await session_id(conn)
+
+    async def write_round(self, conn: AsyncConnection, write: RoundWrite) -> None:
+        """The round's messages, summary and tool-call audit rows into the archive."""
+        await self.archive.append_in(conn, write.round, write.tools)
+
+    def head_in_doubt(self, write: RoundWrite) -> str | None:
+        # stored or not, Redis is not written: if it was stored, the thread's next run finds
+        # its checkpoint behind the archive and starts cold from it
+        return None
+
+    async def committed(self, write: RoundWrite, written: None) -> str | None:
         return await self._write_checkpoints(write)
 
     async def _write_checkpoints(self, write: RoundWrite) -> str | None:
@@ -111,7 +102,7 @@ class ArchiveRoundStore(RoundStore):
             return None
         return None if last is None else str(last["configurable"]["checkpoint_id"])
 
-    async def _end_session(self, session: int) -> None:
+    async def end_session(self, session: int) -> None:
         """``KILL`` the broken transaction's connection if the server still has it, and wait
         until it is gone (``KILL`` only flags it)."""
         alive = text("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = :id")
@@ -124,13 +115,3 @@ class ArchiveRoundStore(RoundStore):
                         await conn.execute(text(f"KILL CONNECTION {int(session)}"))
                 await asyncio.sleep(0.05)
         raise TimeoutError(f"MySQL connection {session} did not end")
-
-    async def _stored(self, write: RoundWrite) -> bool:
-        async with self.engine.connect() as conn:
-            found = await conn.execute(
-                select(run_records.c.run_id).where(
-                    run_records.c.thread_key == write.thread_key,
-                    run_records.c.run_id == write.record.run_id,
-                )
-            )
-            return found.first() is not None
