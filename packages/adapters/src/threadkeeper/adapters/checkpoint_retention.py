@@ -1,4 +1,6 @@
-"""``Retention`` for profiles whose transcript is the checkpoint state (embedded, postgres).
+"""``Retention`` for profiles whose transcript is the checkpoint state (embedded, postgres),
+and what every profile's retention shares (``UserRetention``: a user's memory, counting before
+deleting, the erasure's outline; redis-mysql's ``ArchiveRetention`` builds on it too).
 
 Thread activity comes from the run records (one row per completed run, indexed by time);
 a user's threads are found both there and through checkpoint metadata (``user_id`` and
@@ -8,6 +10,7 @@ a user's threads are found both there and through checkpoint metadata (``user_id
 from __future__ import annotations
 
 import logging
+from abc import abstractmethod
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -137,7 +140,72 @@ async def reset_memory(store: BaseStore, runs: SqlRunRecords, tenant_id: str, us
     return deleted
 
 
-class CheckpointRetention(HeldDeletion):
+class UserRetention(HeldDeletion):
+    """What every profile's retention does the same way, over its memory ``store``, run
+    records ``runs`` and claims ``fences``: a user's memory reset and the idle-memory sweep,
+    ``would_delete`` counted as ``delete_threads`` counts, and the erasure's outline — the
+    user's claims revoked first (a run in flight then stores nothing, even on a thread nothing
+    stored yet names), every thread found deleted (each once its run has let go of it, the
+    process caches told of it), the user's stray rows and memory, ``erase_rest``, the caches
+    and the fence, then the verification pass (``remaining``). A profile says how it counts a
+    thread's messages, finds a user's threads and verifies."""
+
+    store: BaseStore
+    runs: SqlRunRecords
+    fences: SqlRunFences | None
+
+    @abstractmethod
+    async def message_count(self, thread_key: str) -> int:
+        """The thread's transcript messages, as deleting it counts them."""
+
+    @abstractmethod
+    async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:
+        """Keys of every thread the user has in the tenant."""
+
+    @abstractmethod
+    async def remaining(
+        self, tenant_id: str, user_id: str, thread_keys: Sequence[str]
+    ) -> dict[str, int]:
+        """The erasure's verification pass: what is still stored of the user, per store."""
+
+    async def reset_memory(self, tenant_id: str, user_id: str) -> int:
+        return await reset_memory(self.store, self.runs, tenant_id, user_id)
+
+    async def idle_memory(self, cutoff: datetime, *, limit: int) -> list[tuple[str, str]]:
+        return await idle_memory(self.store, self.runs, cutoff, limit=limit)
+
+    async def would_delete(self, thread_keys: Sequence[str]) -> ErasureReceipt:
+        """What ``delete_threads(thread_keys)`` would delete, counted as it counts (each
+        thread listed by ``idle_threads``, so existing)."""
+        total = ErasureReceipt()
+        for key in thread_keys:
+            messages = await self.message_count(key)
+            notes = await self.runs.feedback_count(key)
+            total = total + ErasureReceipt(threads=1, messages=messages, feedback=notes)
+        return total
+
+    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
+        """See the class docstring."""
+        in_flight = await revoke_claims(self.fences, tenant_id, user_id)
+        keys = await self.user_thread_keys(tenant_id, user_id) | in_flight
+        receipt = await self.delete_threads(sorted(keys))
+        _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
+        items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
+        await self.erase_rest(tenant_id, user_id)
+        caches.forget(threads=keys, user=(tenant_id, user_id))
+        if self.fences is not None:
+            await self.fences.forget_user(tenant_id, user_id)
+        remaining = await self.remaining(tenant_id, user_id, sorted(keys))
+        return receipt + ErasureReceipt(
+            memory_items=items, feedback=stray_feedback, remaining=remaining
+        )
+
+    async def erase_rest(self, tenant_id: str, user_id: str) -> None:
+        """What else a profile keeps of the user, deleted by the erasure once the threads,
+        run records and memory are (before its fence is lifted and it is verified)."""
+
+
+class CheckpointRetention(UserRetention):
     store_name = "database"
     """How the erasure's verification names the one database this retention keeps."""
 
@@ -183,21 +251,8 @@ class CheckpointRetention(HeldDeletion):
             await self.fences.forget(thread_key)
         return ErasureReceipt(threads=int(exists or runs > 0), messages=messages, feedback=feedback)
 
-    async def reset_memory(self, tenant_id: str, user_id: str) -> int:
-        return await reset_memory(self.store, self.runs, tenant_id, user_id)
-
-    async def idle_memory(self, cutoff: datetime, *, limit: int) -> list[tuple[str, str]]:
-        return await idle_memory(self.store, self.runs, cutoff, limit=limit)
-
-    async def would_delete(self, thread_keys: Sequence[str]) -> ErasureReceipt:
-        """What ``delete_threads(thread_keys)`` would delete, counted as it counts (each
-        thread listed by ``idle_threads``, so existing)."""
-        total = ErasureReceipt()
-        for key in thread_keys:
-            messages, _ = await self._messages(key)
-            notes = await self.runs.feedback_count(key)
-            total = total + ErasureReceipt(threads=1, messages=messages, feedback=notes)
-        return total
+    async def message_count(self, thread_key: str) -> int:
+        return (await self._messages(thread_key))[0]
 
     async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:
         keys = set(await self.runs.user_threads(tenant_id, user_id))
@@ -206,29 +261,6 @@ class CheckpointRetention(HeldDeletion):
         ):
             keys.add(str(item.config["configurable"]["thread_id"]))
         return keys
-
-    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
-        """First revoke the claims of the user's runs (a run in flight then stores nothing,
-        even on a thread nothing stored yet names), then delete every thread found — those
-        included, each once its run has let go of it (and the process caches told of it) —
-        and the rest of the user's, and tell the process caches of the user."""
-        in_flight = await revoke_claims(self.fences, tenant_id, user_id)
-        keys = await self.user_thread_keys(tenant_id, user_id) | in_flight
-        receipt = await self.delete_threads(sorted(keys))
-        _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
-        items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
-        await self.erase_rest(tenant_id, user_id)
-        caches.forget(threads=keys, user=(tenant_id, user_id))
-        if self.fences is not None:
-            await self.fences.forget_user(tenant_id, user_id)
-        remaining = await self.remaining(tenant_id, user_id, sorted(keys))
-        return receipt + ErasureReceipt(
-            memory_items=items, feedback=stray_feedback, remaining=remaining
-        )
-
-    async def erase_rest(self, tenant_id: str, user_id: str) -> None:
-        """What else a profile keeps of the user, deleted by the erasure once the threads,
-        run records and memory are (before its fence is lifted and it is verified)."""
 
     async def remaining(
         self, tenant_id: str, user_id: str, thread_keys: Sequence[str]

@@ -39,13 +39,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from threadkeeper.adapters import migrations
-from threadkeeper.adapters.checkpoint_retention import (
-    count_store_prefix,
-    delete_store_prefix,
-    idle_memory,
-    reset_memory,
-    revoke_claims,
-)
+from threadkeeper.adapters.checkpoint_retention import UserRetention, count_store_prefix
 from threadkeeper.adapters.empty_context import (
     connect_in_empty_context,
     empty_context_connection,
@@ -71,11 +65,10 @@ from threadkeeper.adapters.timeouts import (
 from threadkeeper.adapters.transcripts import ArchiveTranscript
 from threadkeeper.adapters.weigh import TableWeight, ThreadWeigher
 from threadkeeper.adapters.written import add, counting, value_bytes, watch_engine
-from threadkeeper.domain import caches
 from threadkeeper.domain.errors import AtCapacity
 from threadkeeper.domain.locks import ClaimedLock, RunLock, ThreadLock
 from threadkeeper.domain.memory import user_namespace
-from threadkeeper.domain.retention import ErasureReceipt, HeldDeletion
+from threadkeeper.domain.retention import ErasureReceipt
 from threadkeeper.domain.storage import StorageUsage
 
 log = logging.getLogger(__name__)
@@ -345,7 +338,7 @@ async def migrate_redis_mysql(url: str) -> list[str]:
     return steps
 
 
-class ArchiveRetention(HeldDeletion):
+class ArchiveRetention(UserRetention):
     """Retention where the archive is the record and Redis a cache of recent context.
 
     A thread's activity is its newest archived message; deleting a thread removes its archive
@@ -387,44 +380,14 @@ class ArchiveRetention(HeldDeletion):
         exists = messages > 0 or runs > 0 or checkpoint is not None
         return ErasureReceipt(threads=int(exists), messages=messages, feedback=feedback)
 
-    async def reset_memory(self, tenant_id: str, user_id: str) -> int:
-        return await reset_memory(self.store, self.runs, tenant_id, user_id)
-
-    async def idle_memory(self, cutoff: datetime, *, limit: int) -> list[tuple[str, str]]:
-        return await idle_memory(self.store, self.runs, cutoff, limit=limit)
-
-    async def would_delete(self, thread_keys: Sequence[str]) -> ErasureReceipt:
-        """What ``delete_threads(thread_keys)`` would delete, counted as it counts: the
-        archived messages, the feedback, each thread (listed by ``idle_threads``)."""
-        total = ErasureReceipt()
-        for key in thread_keys:
-            messages = await self.archive.count(key)
-            notes = await self.runs.feedback_count(key)
-            total = total + ErasureReceipt(threads=1, messages=messages, feedback=notes)
-        return total
+    async def message_count(self, thread_key: str) -> int:
+        return await self.archive.count(thread_key)
 
     async def user_thread_keys(self, tenant_id: str, user_id: str) -> set[str]:
         """The archive's threads of the user, and those with run records only."""
         keys = set(await self.archive.user_threads(tenant_id, user_id))
         keys.update(await self.runs.user_threads(tenant_id, user_id))
         return keys
-
-    async def erase_user(self, tenant_id: str, user_id: str) -> ErasureReceipt:
-        """Revoke the user's claims first (a run in flight then stores nothing), then delete
-        every thread found, those included (the process caches told of each), the rest of the
-        user's, and tell the process caches of the user."""
-        keys = await revoke_claims(self.fences, tenant_id, user_id)
-        keys.update(await self.user_thread_keys(tenant_id, user_id))
-        receipt = await self.delete_threads(sorted(keys))
-        _, stray_feedback = await self.runs.erase_user(tenant_id, user_id)
-        items = await delete_store_prefix(self.store, user_namespace(tenant_id, user_id))
-        caches.forget(threads=keys, user=(tenant_id, user_id))
-        if self.fences is not None:
-            await self.fences.forget_user(tenant_id, user_id)
-        remaining = await self.remaining(tenant_id, user_id, sorted(keys))
-        return receipt + ErasureReceipt(
-            memory_items=items, feedback=stray_feedback, remaining=remaining
-        )
 
     async def remaining(
         self, tenant_id: str, user_id: str, thread_keys: Sequence[str]
