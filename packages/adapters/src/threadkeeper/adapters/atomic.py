@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -53,6 +53,34 @@ class StagedWrites:
     task_path: str
 
 
+class StagedSink(Protocol):
+    """Where a round's staged writes are replayed (``Staging.replay``): each profile's round
+    store is one, writing them as it stores them."""
+
+    async def put(self, op: StagedPut) -> None:
+        """A checkpoint (``aput``'s arguments)."""
+        ...
+
+    async def put_writes(self, op: StagedWrites) -> None:
+        """A task's pending writes (``aput_writes``' arguments)."""
+        ...
+
+
+class SaverSink:
+    """Replays into a LangGraph saver as it is: ``aput`` and ``aput_writes``, in order.
+    ``last``: the config ``aput`` returned for the newest checkpoint."""
+
+    def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
+        self.saver = saver
+        self.last: RunnableConfig | None = None
+
+    async def put(self, op: StagedPut) -> None:
+        self.last = await self.saver.aput(op.config, op.checkpoint, op.metadata, op.new_versions)
+
+    async def put_writes(self, op: StagedWrites) -> None:
+        await self.saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
+
+
 @dataclass(slots=True)
 class Staging:
     """The uncommitted checkpoint writes of one run on one thread."""
@@ -71,6 +99,15 @@ class Staging:
 
     def owns(self, config: RunnableConfig) -> bool:
         return bool(config.get("configurable", {}).get("thread_id") == self.thread_id)
+
+    async def replay(self, sink: StagedSink) -> None:
+        """The staged writes into ``sink``, in the order the graph made them: the one place
+        a round's writes are replayed (every round store, ``AtomicSaver.commit``)."""
+        for op in self.log:
+            if isinstance(op, StagedPut):
+                await sink.put(op)
+            else:
+                await sink.put_writes(op)
 
     def release(self) -> None:
         """Drop what was staged (the round is over: committed, or dropped with its run)."""
@@ -112,13 +149,9 @@ class AtomicSaver(BaseCheckpointSaver[Any]):
         if staging.committed:
             raise RuntimeError("staging already committed")
         staging.committed = True
-        last: RunnableConfig | None = None
-        for op in staging.log:
-            if isinstance(op, StagedPut):
-                last = await self.base.aput(op.config, op.checkpoint, op.metadata, op.new_versions)
-            else:
-                await self.base.aput_writes(op.config, op.writes, op.task_id, op.task_path)
-        return last
+        sink = SaverSink(self.base)
+        await staging.replay(sink)
+        return sink.last
 
     def _active(self, config: RunnableConfig) -> Staging | None:
         staging = _current.get()

@@ -44,7 +44,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from threadkeeper.adapters.atomic import StagedPut
+from threadkeeper.adapters.atomic import StagedPut, StagedWrites
 from threadkeeper.adapters.checkpoint_retention import CheckpointRetention
 from threadkeeper.adapters.embedded.connection import LoopConnection, connect, private_directory
 from threadkeeper.adapters.embedded.ledger import DDL as LEDGER_DDL
@@ -162,60 +162,10 @@ class SqliteRoundStore(RoundStore):
     async def _commit(self, write: RoundWrite) -> tuple[list[Callable[[], None]], bool]:
         """Store the round; the ledger's cache updates to apply, and whether the thread's
         unreferenced message rows were deleted."""
-        serde = self.ledger.serde
-        applied: list[Callable[[], None]] = []
-        refs: list[int] | None = None
-        collect = False
         async with self.access.begin() as conn:
             await check_claim(conn, write.thread_key, write.claim)
-            for op in write.staging.log:
-                configurable = op.config["configurable"]
-                thread_id = str(configurable["thread_id"])
-                namespace = str(configurable.get("checkpoint_ns", ""))
-                if isinstance(op, StagedPut):
-                    checkpoint = op.checkpoint
-                    if not namespace:  # the thread's own messages; a subgraph's stay inline
-                        stored = await self.ledger.refs_in(
-                            conn, op.config, checkpoint, op.new_versions
-                        )
-                        checkpoint = stored.checkpoint
-                        applied.append(stored.apply)
-                        collect = collect or stored.replaced or refs is not None
-                        refs = refs_of(checkpoint["channel_values"].get(CHANNEL))
-                    type_, blob = serde.dumps_typed(checkpoint)
-                    metadata = json.dumps(
-                        get_checkpoint_metadata(op.config, op.metadata), ensure_ascii=False
-                    ).encode("utf-8", "ignore")
-                    await conn.exec_driver_sql(
-                        _CHECKPOINT,
-                        (
-                            thread_id,
-                            namespace,
-                            op.checkpoint["id"],
-                            configurable.get("checkpoint_id"),
-                            type_,
-                            blob,
-                            metadata,
-                        ),
-                    )
-                else:
-                    replace = all(channel in WRITES_IDX_MAP for channel, _ in op.writes)
-                    await conn.exec_driver_sql(
-                        _WRITES.format(verb="REPLACE" if replace else "IGNORE"),
-                        [
-                            (
-                                thread_id,
-                                namespace,
-                                str(configurable["checkpoint_id"]),
-                                op.task_id,
-                                op.task_path,
-                                WRITES_IDX_MAP.get(channel, index),
-                                channel,
-                                *serde.dumps_typed(value),
-                            )
-                            for index, (channel, value) in enumerate(op.writes)
-                        ],
-                    )
+            sink = _SqliteSink(self.ledger, conn)
+            await write.staging.replay(sink)
             root = [
                 op.checkpoint["id"]
                 for op in write.staging.log
@@ -224,11 +174,74 @@ class SqliteRoundStore(RoundStore):
             if root:
                 for statement in _PRUNE:
                     await conn.exec_driver_sql(statement, (write.thread_key, str(root[-1])))
-                if collect:  # rows only the deleted checkpoints referred to
-                    await self.ledger.rows.delete_except(write.thread_key, refs or [], conn)
+                if sink.collect:  # rows only the deleted checkpoints referred to
+                    await self.ledger.rows.delete_except(write.thread_key, sink.refs or [], conn)
             await insert_record(conn, write.stored_record())
             await record_followups(conn, write.record, write.followups)
-        return applied, collect
+        return sink.applied, sink.collect
+
+
+class _SqliteSink:
+    """A round's staged writes in its ``BEGIN IMMEDIATE`` transaction, as the saver's own
+    rows: the thread's checkpoints with their messages as ledger refs (a subgraph's inline),
+    the writes ``REPLACE``d or ``IGNORE``d as ``AsyncSqliteSaver`` does."""
+
+    def __init__(self, ledger: MessageLedger, conn: Any) -> None:
+        self.ledger = ledger
+        self.conn = conn
+        self.serde = ledger.serde
+        self.applied: list[Callable[[], None]] = []
+        """The ledger cache's updates, applied once the transaction committed."""
+        self.refs: list[int] | None = None
+        """The message rows the newest root checkpoint refers to."""
+        self.collect = False
+
+    async def put(self, op: StagedPut) -> None:
+        configurable = op.config["configurable"]
+        namespace = str(configurable.get("checkpoint_ns", ""))
+        checkpoint = op.checkpoint
+        if not namespace:  # the thread's own messages; a subgraph's stay inline
+            stored = await self.ledger.refs_in(self.conn, op.config, checkpoint, op.new_versions)
+            checkpoint = stored.checkpoint
+            self.applied.append(stored.apply)
+            self.collect = self.collect or stored.replaced or self.refs is not None
+            self.refs = refs_of(checkpoint["channel_values"].get(CHANNEL))
+        type_, blob = self.serde.dumps_typed(checkpoint)
+        metadata = json.dumps(
+            get_checkpoint_metadata(op.config, op.metadata), ensure_ascii=False
+        ).encode("utf-8", "ignore")
+        await self.conn.exec_driver_sql(
+            _CHECKPOINT,
+            (
+                str(configurable["thread_id"]),
+                namespace,
+                op.checkpoint["id"],
+                configurable.get("checkpoint_id"),
+                type_,
+                blob,
+                metadata,
+            ),
+        )
+
+    async def put_writes(self, op: StagedWrites) -> None:
+        configurable = op.config["configurable"]
+        replace = all(channel in WRITES_IDX_MAP for channel, _ in op.writes)
+        await self.conn.exec_driver_sql(
+            _WRITES.format(verb="REPLACE" if replace else "IGNORE"),
+            [
+                (
+                    str(configurable["thread_id"]),
+                    str(configurable.get("checkpoint_ns", "")),
+                    str(configurable["checkpoint_id"]),
+                    op.task_id,
+                    op.task_path,
+                    WRITES_IDX_MAP.get(channel, index),
+                    channel,
+                    *self.serde.dumps_typed(value),
+                )
+                for index, (channel, value) in enumerate(op.writes)
+            ],
+        )
 
 
 class SqliteRetention(CheckpointRetention):

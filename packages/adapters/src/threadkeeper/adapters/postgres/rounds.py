@@ -20,7 +20,7 @@ from psycopg import AsyncCursor
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from threadkeeper.adapters.atomic import StagedPut
+from threadkeeper.adapters.atomic import StagedPut, StagedWrites
 from threadkeeper.adapters.ledger import CHANNEL, refs_of
 from threadkeeper.adapters.postgres.ledger import PostgresLedger
 from threadkeeper.adapters.rounds import RoundWrite
@@ -101,6 +101,37 @@ _SESSION = "threadkeeper.session"
 """The key of a pooled connection's server session in its ``info``."""
 
 
+class _LedgerSink:
+    """A round's staged writes on its transaction's own connection: each checkpoint through
+    the ledger (new message rows, then the checkpoint with refs), the writes as they are."""
+
+    def __init__(self, store: PostgresRoundStore, raw: Any, thread_key: str) -> None:
+        self.store = store
+        self.raw = raw
+        self.thread_key = thread_key
+        self.saver = AsyncPostgresSaver(raw, serde=store.ledger.serde)
+        self.applied: list[Callable[[], None]] = []
+        """The ledger cache's updates, applied once the transaction committed."""
+        self.collect = False
+        self.head: Checkpoint | None = None
+        """The thread's newest root checkpoint, as stored."""
+
+    async def put(self, op: StagedPut) -> None:
+        stored = await self.store.ledger.refs_in(
+            self.raw, op.config, op.checkpoint, op.new_versions
+        )
+        await self.saver.aput(op.config, stored.checkpoint, op.metadata, op.new_versions)
+        self.applied.append(stored.apply)
+        self.collect = self.collect or stored.replaced
+        if op.config["configurable"].get("checkpoint_ns"):
+            self.store.nested.add(self.thread_key)
+        else:
+            self.head = stored.checkpoint
+
+    async def put_writes(self, op: StagedWrites) -> None:
+        await self.saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
+
+
 class PostgresRoundStore(SqlRoundStore):
     def __init__(
         self,
@@ -125,29 +156,13 @@ class PostgresRoundStore(SqlRoundStore):
         """The staged checkpoints through the ledger (new message rows, then each checkpoint
         with refs) on the transaction's own connection, then the prune; (the ledger cache's
         updates to apply once committed, whether message rows were collected)."""
-        applied: list[Callable[[], None]] = []
-        collect = False
         raw: Any = (await conn.get_raw_connection()).driver_connection
-        saver = AsyncPostgresSaver(raw, serde=self.ledger.serde)
-        head: Checkpoint | None = None
+        sink = _LedgerSink(self, raw, write.thread_key)
         with counted(raw, self._cursor):
-            for op in write.staging.log:
-                if isinstance(op, StagedPut):
-                    stored = await self.ledger.refs_in(
-                        raw, op.config, op.checkpoint, op.new_versions
-                    )
-                    await saver.aput(op.config, stored.checkpoint, op.metadata, op.new_versions)
-                    applied.append(stored.apply)
-                    collect = collect or stored.replaced
-                    if op.config["configurable"].get("checkpoint_ns"):
-                        self.nested.add(write.thread_key)
-                    else:
-                        head = stored.checkpoint
-                else:
-                    await saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
-            if head is not None:
-                collect = await self._prune(raw, write.thread_key, head, collect)
-        return applied, collect
+            await write.staging.replay(sink)
+            if sink.head is not None:
+                sink.collect = await self._prune(raw, write.thread_key, sink.head, sink.collect)
+        return sink.applied, sink.collect
 
     def abandon(self, write: RoundWrite) -> None:
         self.ledger.discard(write.thread_key)

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from threadkeeper.adapters.atomic import StagedPut
+from threadkeeper.adapters.atomic import SaverSink
 from threadkeeper.adapters.redis_mysql.archive import SqlTranscriptArchive
 from threadkeeper.adapters.redis_mysql.saver import HealingRedisSaver
 from threadkeeper.adapters.rounds import RoundWrite
@@ -80,15 +80,9 @@ class ArchiveRoundStore(SqlRoundStore):
         the same way holds the answer."""
 
         async def put_all() -> Any:
-            last: Any = None
-            for op in write.staging.log:
-                if isinstance(op, StagedPut):
-                    last = await self.saver.aput(
-                        op.config, op.checkpoint, op.metadata, op.new_versions
-                    )
-                else:
-                    await self.saver.aput_writes(op.config, op.writes, op.task_id, op.task_path)
-            return last
+            sink = SaverSink(self.saver)
+            await write.staging.replay(sink)
+            return sink.last
 
         try:
             last = await answer_within(self.redis_seconds, put_all())

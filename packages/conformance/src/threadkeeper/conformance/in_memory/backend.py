@@ -36,7 +36,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
-from threadkeeper.adapters.atomic import StagedPut
+from threadkeeper.adapters.atomic import SaverSink
 from threadkeeper.adapters.checkpoint_retention import idle_memory
 from threadkeeper.adapters.rounds import RoundsOf, RoundStore, RoundWrite
 from threadkeeper.adapters.sql import CANCEL_WAIT_SECONDS
@@ -202,15 +202,7 @@ class MemoryRoundStore(RoundStore):
                     if not write.round.ai.content.strip():
                         raise RuntimeError("the round has no answer text to archive")
                     await backend.archive.append_round(write.round, write.tools)
-                for op in write.staging.log:
-                    if isinstance(op, StagedPut):
-                        await backend.saver.aput(
-                            op.config, op.checkpoint, op.metadata, op.new_versions
-                        )
-                    else:
-                        await backend.saver.aput_writes(
-                            op.config, op.writes, op.task_id, op.task_path
-                        )
+                await write.staging.replay(SaverSink(backend.saver))
                 if not await backend.runs.save(record):  # as a unique key refuses it
                     raise RuntimeError(f"run {record.run_id} is already stored in this thread")
                 backend.followups.record(
