@@ -44,8 +44,17 @@ class Caller(msgspec.Struct, frozen=True):
 
 
 class RunMessage(msgspec.Struct, frozen=True):
+    """A user's message for a run. Made only within the size rule: over
+    ``MAX_MESSAGE_BYTES`` of UTF-8 it raises ``MessageTooLong`` (413) — the one place the
+    rule is checked, wherever the message comes from (the route, the CLI, a test)."""
+
     content: str
     id: str | None = None
+
+    def __post_init__(self) -> None:
+        size = len(self.content.encode("utf-8"))
+        if size > MAX_MESSAGE_BYTES:
+            raise MessageTooLong(size, MAX_MESSAGE_BYTES)
 
 
 class RunRequest(msgspec.Struct, frozen=True):

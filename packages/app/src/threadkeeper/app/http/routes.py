@@ -54,8 +54,8 @@ from threadkeeper.app.http.schemas import (
 )
 from threadkeeper.app.http.sse import EventRelay
 from threadkeeper.app.service import (
-    MAX_MESSAGE_BYTES,
     Caller,
+    MessageTooLong,
     RunMessage,
     RunRequest,
     ThreadService,
@@ -278,17 +278,13 @@ async def start_run(
     representation = choose_representation(request.headers.get("accept"))
     if representation is None:
         raise http_problem(406, "This endpoint produces text/event-stream or application/json.")
-    content = data.message.content
-    if len(content.encode("utf-8")) > MAX_MESSAGE_BYTES:
+    try:  # the size rule, before the rate limit: an oversized message costs no run
+        message = RunMessage(content=data.message.content, id=data.message.id)
+    except MessageTooLong:
         service.count_refused(413, "message-too-large", deltas=representation != JSON)
-        raise http_problem(
-            413,
-            f"The message is over {MAX_MESSAGE_BYTES} bytes of UTF-8.",
-            slug="message-too-large",
-            title="Message too large",
-        )
+        raise
     run_request = RunRequest(
-        message=RunMessage(content=content, id=data.message.id),
+        message=message,
         run_id=_run_id(data.run_id, "body") if data.run_id is not None else None,
         deltas=representation != JSON,
     )

@@ -34,11 +34,9 @@ from threadkeeper.app.runs.handles import CompletedRun, LiveRun
 from threadkeeper.app.runs.outcome import now
 from threadkeeper.app.runs.remember import MemoryJob
 from threadkeeper.app.service import (
-    MAX_MESSAGE_BYTES,
     Caller,
     DuplicateMessage,
     MemoryView,
-    MessageTooLong,
     RunRequest,
     Unavailable,
     problem_spec,
@@ -154,10 +152,7 @@ class RunService:
         if self._draining:
             raise Unavailable("the service is shutting down; retry on another replica")
         ref = self.threads.ref(caller, thread_id)
-        content = request.message.content
-        size = len(content.encode("utf-8"))
-        if size > MAX_MESSAGE_BYTES:
-            raise MessageTooLong(size, MAX_MESSAGE_BYTES)
+        content = request.message.content  # within the size rule (``RunMessage``)
         run_id = request.run_id or str(uuid.uuid4())
         if request.run_id is not None and (done := await self._completed(ref, request)):
             count_run(self.profile, "replayed", 200, mode_of(request))
