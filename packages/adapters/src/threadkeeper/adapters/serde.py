@@ -235,8 +235,9 @@ class MessageMemo:
     ) -> None:
         self.decode = decode
         self._budget = budget
-        self._memo: dict[bytes, tuple[BaseMessage, dict[str, Any]]] = {}
-        """bytes → (the message decoded from them, its fields as decoded)."""
+        self._memo: dict[bytes, tuple[BaseMessage, dict[str, Any], str | None]] = {}
+        """bytes → (the message decoded from them, its fields as decoded, its fingerprint in
+        ``caches.check_mutations`` mode)."""
         self._bytes_of: dict[int, bytes] = {}
         """``id(message)`` → its bytes, for every message in ``_memo`` (which holds it)."""
         self._size = 0
@@ -263,6 +264,7 @@ class MessageMemo:
         """The message decoded from ``data`` before, if it still holds the fields it had."""
         known = self._memo.get(data)
         if known is not None and known[0].__dict__ == known[1]:
+            caches.verify(known[0], known[2], "the checkpoint serializer's memo")
             self.hits += 1
             return known[0]
         return None
@@ -278,7 +280,7 @@ class MessageMemo:
                 self._size -= len(data)
             if self._size + len(data) > self._budget:
                 self._clear()
-            self._memo[data] = (value, dict(value.__dict__))
+            self._memo[data] = (value, dict(value.__dict__), caches.fingerprint(value))
             self._bytes_of[id(value)] = data
             self._size += len(data)
 
@@ -303,6 +305,7 @@ class MessageMemo:
         known = self._memo.get(data)
         if known is None or known[0] is not value or value.__dict__ != known[1]:
             return None
+        caches.verify(value, known[2], "the checkpoint serializer's memo")
         self.reused += 1
         return data
 

@@ -16,6 +16,14 @@ it was computed from, and two rules apply to every one (issue 26):
   threads or the user — exactly where it can tell (its entries are keyed by thread or user),
   everything where it cannot (a message object or a text says nothing of whose it is).
 
+The caches that hand back a value (or a message) by the message *object* rest on a third
+rule: **messages are values** — LangGraph and threadkeeper replace a message, never change one
+in place. An assignment to a field is noticed (the caches compare the fields' identities), a
+list of content blocks or tool calls changed in place is not. :func:`check_mutations` turns on
+a mode that fingerprints what a cache remembered a message by and raises
+:class:`CachedMessageMutated` when it is handed back changed; the test suites run with it on
+(``tests/conftest.py``), so a change that mutates a cached message fails there.
+
 Only this process's caches are reached: another replica's caches keep a deleted thread's
 entries until their bounds evict them, and never serve them again (the keys they are found by
 — a ledger row's ``seq``, a thread's stored texts — are gone with the thread).
@@ -23,6 +31,8 @@ entries until their bounds evict them, and never serve them again (the keys they
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
 import weakref
 from collections.abc import Iterable
@@ -64,6 +74,52 @@ def messages_bytes(messages: Iterable[BaseMessage]) -> int:
     return sum(map(message_bytes, messages))
 
 
+class CachedMessageMutated(AssertionError):
+    """A message a cache remembered was changed in place (``check_mutations`` mode): a bug —
+    messages are values."""
+
+
+_checking = False
+
+
+def check_mutations(on: bool = True) -> None:
+    """Fingerprint every message the identity caches remember, and check the fingerprint
+    whenever one is handed back (costly: for tests)."""
+    global _checking
+    _checking = on
+
+
+def fingerprint(message: BaseMessage) -> str | None:
+    """What a cache remembers ``message`` by in ``check_mutations`` mode — its content and
+    tool calls, as JSON — or ``None`` when the mode is off (the default: no cost)."""
+    if not _checking:
+        return None
+    fields = message.__dict__
+    content = fields.get("content")
+    mutable = [
+        None if isinstance(content, str) else content,  # a str cannot change in place
+        fields.get("tool_calls") or None,
+        fields.get("invalid_tool_calls") or None,
+    ]
+    if mutable == [None, None, None]:
+        return ""  # nothing that can change in place (an empty list growing is seen: not "")
+    return json.dumps(mutable, sort_keys=True, default=repr)
+
+
+def verify(message: BaseMessage, remembered: str | None, cache: str) -> None:
+    """Raise :class:`CachedMessageMutated` if ``message`` no longer has the fingerprint
+    ``cache`` remembered it by (nothing to check when none was taken)."""
+    if remembered is not None and fingerprint(message) != remembered:
+        text = (
+            f"message {message.id!r} ({type(message).__name__}) held by {cache} was changed "
+            "in place: messages are values (replace it, e.g. model_copy(update=...))"
+        )
+        # logged too: raised inside a msgpack ext hook, the exception itself is replaced by
+        # the decoder's ValueError("ext_hook failed")
+        logging.getLogger("threadkeeper.caches").error(text)
+        raise CachedMessageMutated(text)
+
+
 class Forgets(Protocol):
     """A cache that can hold a user's text."""
 
@@ -98,10 +154,14 @@ def forget(threads: Iterable[str] = (), user: tuple[str, str] | None = None) -> 
 
 __all__ = [
     "MESSAGE_OVERHEAD",
+    "CachedMessageMutated",
     "Forgets",
+    "check_mutations",
+    "fingerprint",
     "forget",
     "message_bytes",
     "messages_bytes",
     "register",
     "text_bytes",
+    "verify",
 ]

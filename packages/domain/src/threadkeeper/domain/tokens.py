@@ -93,7 +93,7 @@ class IdentityMemo(Generic[V]):
     __slots__ = ("__weakref__", "_budget", "_bytes", "_known", "_limit")
 
     def __init__(self, limit: int = _IDENTITY_LIMIT, budget: int | None = None) -> None:
-        self._known: dict[int, tuple[BaseMessage, object, object, object, V, int]] = {}
+        self._known: dict[int, tuple[BaseMessage, object, object, object, V, int, str | None]] = {}
         self._limit = limit
         self._budget = budget
         self._bytes = 0
@@ -109,6 +109,7 @@ class IdentityMemo(Generic[V]):
             and known[2] is fields.get("tool_calls")
             and known[3] is fields.get("invalid_tool_calls")
         ):
+            caches.verify(message, known[6], "an IdentityMemo")
             return known[4]
         return None
 
@@ -128,6 +129,7 @@ class IdentityMemo(Generic[V]):
             fields.get("invalid_tool_calls"),
             value,
             size,
+            caches.fingerprint(message),
         )
         self._bytes += size
         return value
