@@ -118,16 +118,17 @@ BOUNDS = [
 
 def caches() -> dict[str, list[Any]]:
     """Every cache of this process that a run can fill with a user's text, by name."""
-    from threadkeeper.adapters import builtin_model, sql
+    from threadkeeper.adapters import builtin_model
     from threadkeeper.adapters.knowledge import tokenizer
     from threadkeeper.adapters.ledger import MessageLedger
     from threadkeeper.adapters.serde import MessageMemo
+    from threadkeeper.adapters.sql import texts as sql_texts
     from threadkeeper.app import state
     from threadkeeper.domain.history import TurnIndexes
     from threadkeeper.domain.tokens import TokenCounter
 
     found: dict[str, list[Any]] = {
-        "adapters.sql recent texts": [sql._recent_texts],
+        "adapters.sql recent texts": [sql_texts._recent_texts],
         "builtin model terms": [builtin_model._terms],
         "builtin model estimates": [builtin_model._ESTIMATED],
         "builtin model windows": [builtin_model._WINDOWS],

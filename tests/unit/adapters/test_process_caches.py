@@ -14,12 +14,12 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 
 from tests.support.heap import deep_size
-from threadkeeper.adapters import sql
 from threadkeeper.adapters.embedded import EmbeddedBackend
 from threadkeeper.adapters.embedded.ledger import SqliteRows
 from threadkeeper.adapters.knowledge import KnowledgeBase, tokenizer
 from threadkeeper.adapters.ledger import CHANNEL, MessageLedger
 from threadkeeper.adapters.serde import MessageMemo, StoredTypesHook, checkpoint_serializer
+from threadkeeper.adapters.sql import texts as sql_texts
 from threadkeeper.domain import caches
 
 
@@ -87,9 +87,9 @@ async def test_the_ledgers_cache_stays_under_its_byte_bound(backend: EmbeddedBac
 def test_the_recent_texts_are_bounded_by_bytes_and_forgotten(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(sql, "_recent_texts", sql.RecentTexts())
-    monkeypatch.setattr(sql, "RECENT_TEXT_BYTES", 100_000)
-    texts = sql._recent_texts
+    monkeypatch.setattr(sql_texts, "_recent_texts", sql_texts.RecentTexts())
+    monkeypatch.setattr(sql_texts, "RECENT_TEXT_BYTES", 100_000)
+    texts = sql_texts._recent_texts
     for i in range(40):
         texts.remember((f"acme:u{i % 3}:t{i}", f"u{i % 3}", "summary"), f"d{i}", "x" * 11_000)
     assert texts.size <= 100_000
