@@ -31,7 +31,6 @@ entries until their bounds evict them, and never serve them again (the keys they
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import weakref
@@ -90,8 +89,9 @@ def check_mutations(on: bool = True) -> None:
 
 
 def fingerprint(message: BaseMessage) -> str | None:
-    """What a cache remembers ``message`` by in ``check_mutations`` mode — its content and
-    tool calls, as JSON — or ``None`` when the mode is off (the default: no cost)."""
+    """What a cache remembers ``message`` by in ``check_mutations`` mode — the ``repr`` of what
+    of it can change in place (a list content, tool calls) — or ``None`` when the mode is off
+    (the default: no cost)."""
     if not _checking:
         return None
     fields = message.__dict__
@@ -103,7 +103,7 @@ def fingerprint(message: BaseMessage) -> str | None:
     ]
     if mutable == [None, None, None]:
         return ""  # nothing that can change in place (an empty list growing is seen: not "")
-    return json.dumps(mutable, sort_keys=True, default=repr)
+    return repr(mutable)  # 2.5x cheaper than JSON; keys in their order (a reorder is a change)
 
 
 def verify(message: BaseMessage, remembered: str | None, cache: str) -> None:
