@@ -8,9 +8,9 @@ and whether its checkpoints are the record), migrates and checks its schema, and
 ``threadkeeper.ports.storage.Backend``, plus the saver the adapters' own checks read).
 
 Adding a profile: one new folder ``adapters/<name>/`` whose ``settings`` module defines
-``SETTINGS`` (the struct) and whose package defines ``PROFILE`` (a ``Profile``), plus one line
-in ``adapters.profiles``. ``threadkeeper.conformance`` holds the suites a new profile must pass
-(``docs/writing-a-backend.md``).
+``SETTINGS`` (the struct) and whose package defines ``PROFILE`` (a ``Profile``), plus its entry
+point (group ``threadkeeper.profiles``, read by ``adapters.profiles``). ``threadkeeper.conformance``
+holds the suites a new profile must pass (``docs/writing-a-backend.md``).
 """
 
 from __future__ import annotations
